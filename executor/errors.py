@@ -1,0 +1,86 @@
+"""The executor's exceptions: one small hierarchy, so callers catch what they mean.
+
+    ExecutorError (RuntimeError)
+    ├── ExecutorFailedError      the executor is dead: a worker exited, the queue lost sync, or it shut down
+    ├── WorkerError              a worker method raised; the worker keeps serving
+    │   └── CorruptMessageError  a message failed its checksum; it was skipped, the queue is still in sync
+    ├── WorkerStartupError       a worker failed before READY; carries the worker's own traceback
+    ├── QueueCorruptedError      shared-memory metadata is damaged; the queue cannot be trusted any more
+    └── QueueFullError           the writer waited its whole deadline on a reader that did not read
+    RequestPicklingError (TypeError, pickle.PicklingError)   arguments cannot be pickled; nothing was sent
+    ReplyUnpicklingError (ExecutorError, pickle.UnpicklingError)  a reply arrived but could not be unpickled
+"""
+
+from __future__ import annotations
+
+import pickle
+
+
+class ExecutorError(RuntimeError):
+    """Base of every error the executor raises on purpose."""
+
+
+class ExecutorFailedError(ExecutorError):
+    """The executor can no longer serve calls; the message says which rank, pid and why."""
+
+
+class WorkerError(ExecutorError):
+    """A worker's method raised; carries the remote exception's type, message and traceback."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        exc_type: str = "",
+        exc_message: str = "",
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.remote_traceback:
+            text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
+        return text
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        kwargs = {
+            "rank": self.rank,
+            "exc_type": self.exc_type,
+            "exc_message": self.exc_message,
+            "remote_traceback": self.remote_traceback,
+        }
+        return (_rebuild_worker_error, (type(self), self.args[0], kwargs))
+
+
+def _rebuild_worker_error(cls: type[WorkerError], message: str, kwargs: dict) -> WorkerError:
+    return cls(message, **kwargs)
+
+
+class CorruptMessageError(WorkerError):
+    """A message's payload failed its checksum; it was discarded and the queue stays usable."""
+
+
+class WorkerStartupError(ExecutorError):
+    """A worker failed to start; the message carries the worker's own traceback."""
+
+
+class QueueCorruptedError(ExecutorError):
+    """Shared-memory queue metadata is inconsistent (clobbered flags or sequence numbers)."""
+
+
+class QueueFullError(ExecutorError, TimeoutError):
+    """The writer's deadline passed while a reader had not freed the next chunk."""
+
+
+class RequestPicklingError(TypeError, pickle.PicklingError):
+    """The call's method or arguments cannot be pickled; nothing was sent."""
+
+
+class ReplyUnpicklingError(ExecutorError, pickle.UnpicklingError):
+    """A worker's reply arrived intact but could not be unpickled in the driver."""

@@ -1,0 +1,141 @@
+"""How a queue end waits for the other side without burning a core or sleeping through work.
+
+    waiter                                             notifier
+    ──────                                             ────────
+    spin: check ready() in a loop  (~tens of µs)
+    yield: sched_yield + check      (~1 ms)
+    block: sleeping[i] = 1                             publish (chunk written / chunk freed)
+           fence()                                     fence()
+           ready()? ─ yes → sleeping[i] = 0            if sleeping[i]: ring doorbell i
+           select([doorbell i, *interrupt fds])  ◄──── (one byte on a non-blocking pipe)
+           drain, sleeping[i] = 0, loop
+
+The store-then-load on each side (flag then check; publish then flag read) is Dekker's
+pattern: both ``fence()`` calls are needed or a wake-up can be lost on x86 (stores may pass
+later loads).  A lost wake-up is also bounded: the block step never sleeps longer than
+``block_slice_s`` before it checks again, so the worst case is latency, never a hang.
+
+Interrupt fds (the driver's cancel pipe, a worker's death pipe) wake the waiter at once;
+the caller's ``on_interrupt`` decides what that means by raising.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+_FENCE = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier: acquiring a lock is a locked instruction on every platform."""
+    _FENCE.acquire()
+    _FENCE.release()
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitPolicy:
+    spin_s: float = 50e-6
+    yield_s: float = 1e-3
+    block_slice_s: float = 0.25
+
+
+DEFAULT_POLICY = WaitPolicy()
+
+
+class Doorbell:
+    """The waiter's end of a wake-up pipe: a readable fd and a drain."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def ring(fd: int) -> None:
+    """Wake the waiter behind ``fd``; a full pipe already means 'wake up'."""
+    try:
+        os.write(fd, b"\1")
+    except (BlockingIOError, BrokenPipeError, OSError):
+        pass
+
+
+@dataclasses.dataclass
+class Sleeper:
+    """What one waiter needs: its sleeping flag in shared memory and its doorbell."""
+
+    flags: memoryview
+    index: int
+    doorbell: Doorbell | None
+    interrupt_fds: Sequence[int] = ()
+    on_interrupt: Callable[[], None] = lambda: None
+    policy: WaitPolicy = DEFAULT_POLICY
+
+    def wait(self, ready: Callable[[], bool], deadline: float | None) -> bool:
+        """Return True once ``ready()``; False when ``deadline`` (monotonic) passed first."""
+        if ready():
+            return True
+        start = time.monotonic()
+        if self._spin(ready, start + self.policy.spin_s, deadline):
+            return True
+        if self._yield(ready, start + self.policy.yield_s, deadline):
+            return True
+        return self._block(ready, deadline)
+
+    @staticmethod
+    def _spin(ready: Callable[[], bool], until: float, deadline: float | None) -> bool:
+        end = until if deadline is None else min(until, deadline)
+        while time.monotonic() < end:
+            if ready():
+                return True
+        return ready()
+
+    def _yield(self, ready: Callable[[], bool], until: float, deadline: float | None) -> bool:
+        end = until if deadline is None else min(until, deadline)
+        while time.monotonic() < end:
+            self._check_interrupts()
+            os.sched_yield()
+            if ready():
+                return True
+        return ready()
+
+    def _block(self, ready: Callable[[], bool], deadline: float | None) -> bool:
+        fds = list(self.interrupt_fds)
+        if self.doorbell is not None:
+            fds.append(self.doorbell.fd)
+        while True:
+            self.flags[self.index] = 1
+            fence()
+            if ready():
+                self.flags[self.index] = 0
+                return True
+            timeout = self.policy.block_slice_s
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    self.flags[self.index] = 0
+                    return ready()
+            readable, _, _ = select.select(fds, [], [], timeout)
+            self.flags[self.index] = 0
+            if self.doorbell is not None and self.doorbell.fd in readable:
+                self.doorbell.drain()
+            if readable and any(fd in readable for fd in self.interrupt_fds):
+                self._check_interrupts(force=True)
+
+    def _check_interrupts(self, force: bool = False) -> None:
+        if not self.interrupt_fds:
+            return
+        if not force:
+            readable, _, _ = select.select(self.interrupt_fds, [], [], 0)
+            if not readable:
+                return
+        self.on_interrupt()

@@ -1,0 +1,45 @@
+"""The ``faultlab`` command line: one subcommand per part, each defined in its own module.
+
+Each module named in ``SUBCOMMANDS`` provides ``configure(parser)`` to declare its
+arguments and ``run(args) -> int`` to execute; this file only dispatches, so a part can
+change its command without touching the others.  Modules are imported when the parser is
+built, so they must keep heavy imports (torch, pandas) inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("faultlab.demo", "run the engine on the built-in tensor-parallel model"),
+    "trace": ("telemetry.cli", "export or replay a recorded run's traces"),
+    "chaos": ("chaos.cli", "run or replay fault-injection suites"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="faultlab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # that part is not built yet
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.configure(sub_parser)
+        sub_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

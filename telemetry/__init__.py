@@ -1,0 +1,51 @@
+"""faultlab telemetry: crash-safe span journals, OpenTelemetry export, run loading.
+
+Data flow::
+
+    hot path (every process)             off the hot path
+    get_recorder().start_span ─► journal-*.bin ─► LiveExporter (driver) ─► OTLP http/grpc
+                                  (run dir)     ─► load_run / load_events ─► pandas
+                                                ─► faultlab trace export / send
+
+The public names below are the whole API; the executor calls only the recorder hooks.
+Heavy imports (pandas, the OpenTelemetry SDK) happen inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from telemetry.recorder import Recorder, configure_process, get_recorder, shutdown
+from telemetry.span import NonRecordingSpan, Span, SpanContext
+
+if TYPE_CHECKING:
+    from os import PathLike
+
+    import pandas as pd
+
+
+def load_run(run_dir: str | PathLike[str]) -> pd.DataFrame:
+    """One row per span of every journal in ``run_dir`` (see ``telemetry.frames``)."""
+    from telemetry.frames import load_run as _load_run
+
+    return _load_run(run_dir)
+
+
+def load_events(run_dir: str | PathLike[str]) -> pd.DataFrame:
+    """One row per span event and per point event (faults, deaths, process life)."""
+    from telemetry.frames import load_events as _load_events
+
+    return _load_events(run_dir)
+
+
+__all__ = [
+    "NonRecordingSpan",
+    "Recorder",
+    "Span",
+    "SpanContext",
+    "configure_process",
+    "get_recorder",
+    "load_events",
+    "load_run",
+    "shutdown",
+]

@@ -1,0 +1,397 @@
+"""The hot-path recorder: spans as fixed-size journal records, one journal per process.
+
+Data flow::
+
+    executor ── rec.start_span/end/add_event ──► Recorder ──► JournalWriter (mmap, this pid)
+       │                                            │
+       └─ SpanContext.to_wire ─► queue message ─► worker: start_span(parent=from_wire(t))
+                                                    │
+                         owner process only:  LiveExporter thread reads every journal
+                                              of the run dir and exports through OTLP
+
+Invariants:
+
+- One ``Recorder`` object per process, forever: after ``fork`` the child keeps the same
+  object but drops the parent's journal mappings (``_after_fork_in_child``) and opens its
+  own journal on first use, so a child never writes into its parent's file even when code
+  cached ``get_recorder()`` before forking.
+- A span that is not sampled writes nothing, yet has a valid context, so the not-sampled
+  flag travels to the workers and their spans are not sampled either.
+- Only a process configured with role "driver" (explicitly, or by default when it is not a
+  child of a traced process) runs live export; it exports the journals that appeared in the
+  run directory since it was configured.
+- When tracing is off, ``enabled`` is False and ``start_span`` returns a span that records
+  nothing; the executor checks ``enabled`` first, so off costs one attribute read.
+"""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import itertools
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from telemetry import journal as j
+from telemetry.config import OWNER_ENV, TMPDIR_ENV, Settings
+from telemetry.span import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    root_sampling,
+)
+
+AttrValue = str | int | float | bool
+_M64 = (1 << 64) - 1
+_pack_start = j.SPAN_START_S.pack_into
+_pack_end = j.SPAN_END_S.pack_into
+_pack_attr_int = j.ATTR_INT_S.pack_into
+_pack_attr_float = j.ATTR_FLOAT_S.pack_into
+_time_ns = time.time_ns
+_get_ident = _thread.get_ident
+_MAX_INTERNED = 50_000
+
+
+class Recorder:
+    """Writes spans of this process to its journal.  Get it with ``get_recorder()``."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.role = "driver"
+        self.rank: int | None = None
+        self.settings = Settings.from_env()
+        self.run_dir: Path | None = None
+        self._writer: j.JournalWriter | None = None
+        self._strings: dict[str, int] = {}
+        self._tids: dict[int, int] = {}  # threading ident -> native thread id, this journal
+        self._string_ids = itertools.count(1)  # 0 means "no string"
+        self._event_seq = itertools.count(1)
+        self._rng = random.Random()
+        self._bits = self._rng.getrandbits
+        self._parent_based = True
+        self._root_bound = 1 << 64  # sample a root iff trace_id & _M64 < _root_bound
+        self._owned_tmpdir: str | None = None
+        self._exporter: Any = None  # telemetry.live.LiveExporter, owner process only
+        self._pid = os.getpid()
+        self._open_on_use = False  # a forked child opens its journal on its first span
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------ hot path
+
+    def start_span(
+        self, name: str, parent: SpanContext | None = None,
+        attributes: dict[str, AttrValue] | None = None,
+    ) -> Span | NonRecordingSpan:
+        bits = self._bits
+        if parent is None:
+            trace_id = bits(128) or 1
+            sampled = (trace_id & _M64) < self._root_bound
+            parent_id = 0
+        else:
+            trace_id, parent_id = parent.trace_id, parent.span_id
+            sampled = parent.sampled if self._parent_based \
+                else (trace_id & _M64) < self._root_bound
+        span_id = bits(64) or 1
+        if not sampled:
+            return NonRecordingSpan(trace_id, span_id)
+        writer = self._writer
+        if writer is None and self._open_on_use:
+            writer = self._open_after_fork()
+        if writer is None:
+            return NonRecordingSpan(trace_id, span_id)
+        try:
+            tid = self._tids.get(_get_ident()) or self._register_thread()
+            name_id = self._strings.get(name) or self._intern(name)
+            # inlined JournalWriter.reserve()
+            idx = next(writer.slots)
+            seg = idx >> j.SEGMENT_BITS
+            maps = writer.maps
+            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+            off = j.HEADER_SIZE + (idx & j.SLOT_MASK) * j.RECORD_SIZE
+            _pack_start(mm, off + 1, j.FLAG_SAMPLED, 0, name_id, trace_id >> 64,
+                        trace_id & _M64, span_id, parent_id, _time_ns(), tid)
+            mm[off] = j.SPAN_START
+        except (ValueError, IndexError, OSError):  # journal closed by shutdown()
+            return NonRecordingSpan(trace_id, span_id)
+        span = Span(self, trace_id, span_id)
+        if attributes:
+            for key, value in attributes.items():
+                self.write_attribute(j.OWNER_SPAN, span_id, key, value)
+        return span
+
+    def event(
+        self, name: str, attributes: dict[str, AttrValue] | None = None,
+        parent: SpanContext | None = None,
+    ) -> SpanContext:
+        """Record a point in time as its own zero-length span; return its context."""
+        span = self.start_span(name, parent, attributes)
+        if isinstance(span, Span):
+            span.ended = True
+            self.write_end(span.span_id, j.STATUS_UNSET, "", j.FLAG_POINT)
+        return span.context
+
+    def write_end(self, span_id: int, status: int, message: str, flags: int = 0) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        try:
+            message_id = self._intern(message) if message else 0
+            # inlined JournalWriter.reserve()
+            idx = next(writer.slots)
+            seg = idx >> j.SEGMENT_BITS
+            maps = writer.maps
+            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+            off = j.HEADER_SIZE + (idx & j.SLOT_MASK) * j.RECORD_SIZE
+            _pack_end(mm, off + 1, status, flags, message_id, span_id, _time_ns())
+            mm[off] = j.SPAN_END
+        except (ValueError, IndexError, OSError):
+            pass
+
+    def _register_thread(self) -> int:
+        """First span of this thread: record its native id and name, remember them."""
+        tid = threading.get_native_id()
+        name_id = self._intern(threading.current_thread().name)
+        writer = self._writer
+        if writer is not None:
+            mm, off = writer.reserve()
+            j.THREAD_S.pack_into(mm, off + 1, 0, 0, name_id, tid)
+            mm[off] = j.THREAD
+        self._tids[_get_ident()] = tid
+        return tid
+
+    def write_event(self, span_id: int, name: str, attributes: dict[str, AttrValue] | None) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        seq = next(self._event_seq)
+        try:
+            name_id = self._intern(name)
+            mm, off = writer.reserve()
+            j.EVENT_S.pack_into(mm, off + 1, 0, 0, name_id, span_id, time.time_ns(), seq)
+            mm[off] = j.EVENT
+        except (ValueError, IndexError, OSError):
+            return
+        if attributes:
+            for key, value in attributes.items():
+                self.write_attribute(j.OWNER_EVENT, seq, key, value)
+
+    def write_attribute(self, owner_kind: int, owner: int, key: str, value: Any) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        strings = self._strings
+        try:
+            kid = strings.get(key) or self._intern(key)
+            kind = type(value)
+            packer = _pack_attr_int
+            if kind is str:
+                vtype, raw = j.VT_STR, strings.get(value) or self._intern(value)
+            elif kind is int and -(1 << 63) <= value < (1 << 63):
+                vtype, raw = j.VT_INT, value
+            else:
+                vtype, raw, packer = self._encode_value(value)
+            # inlined JournalWriter.reserve()
+            idx = next(writer.slots)
+            seg = idx >> j.SEGMENT_BITS
+            maps = writer.maps
+            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+            off = j.HEADER_SIZE + (idx & j.SLOT_MASK) * j.RECORD_SIZE
+            packer(mm, off + 1, vtype, owner_kind, kid, owner, raw)
+            mm[off] = j.ATTRIBUTE
+        except (ValueError, IndexError, OSError):
+            pass
+
+    def _encode_value(self, value: Any) -> tuple[int, Any, Any]:
+        """Value type, packed value and packer for the less common attribute types."""
+        if type(value) is bool:
+            return j.VT_BOOL, int(value), _pack_attr_int
+        if type(value) is float:
+            return j.VT_FLOAT, value, _pack_attr_float
+        if isinstance(value, list | tuple):
+            return j.VT_JSON, self._intern(json.dumps(list(value), default=str)), _pack_attr_int
+        return j.VT_STR, self._intern(str(value)), _pack_attr_int
+
+    def _intern(self, text: str) -> int:
+        sid = self._strings.get(text)
+        if sid is None:
+            sid = self._write_string(text)
+            if len(self._strings) < _MAX_INTERNED:
+                self._strings[text] = sid
+        return sid
+
+    def _write_string(self, text: str) -> int:
+        """Write a STRING record; raises ValueError if the journal was closed meanwhile."""
+        writer = self._writer
+        if writer is None:
+            raise ValueError("journal closed")
+        sid = next(self._string_ids)
+        data = text.encode("utf-8", "replace")[: j.MAX_STRING]
+        for part, start in enumerate(range(0, max(len(data), 1), j.STRING_CHUNK)):
+            mm, off = writer.reserve()
+            chunk = data[start : start + j.STRING_CHUNK]
+            j.STRING_S.pack_into(mm, off + 1, 0, part, sid, len(data), chunk)
+            mm[off] = j.STRING
+        return sid
+
+    # ------------------------------------------------------------ life cycle
+
+    def configure(self, role: str, rank: int | None) -> None:
+        with self._lock:
+            self._open_on_use = False
+            self._close_journal()
+            self.role, self.rank = role, rank
+            self.settings = Settings.from_env()
+            self._reset_state()
+            self.enabled = self.settings.enabled
+            if self.enabled:
+                self._open_journal()
+            if self.enabled and role == "driver" and self.settings.exporter != "none":
+                self._start_live_export()
+
+    def _reset_state(self) -> None:
+        self._pid = os.getpid()
+        self._rng.seed(int.from_bytes(os.urandom(16), "little") ^ self._pid)
+        self._strings = {}
+        self._tids = {}
+        self._string_ids = itertools.count(1)  # 0 means "no string"
+        self._event_seq = itertools.count(1)
+        self._parent_based, self._root_bound = root_sampling(
+            self.settings.sampler, self.settings.sampler_ratio)
+
+    def _open_journal(self) -> None:
+        run_dir = self._journal_dir()
+        header = j.JournalHeader(
+            pid=self._pid, rank=self.rank, role=self.role, service=self.settings.service_name,
+            created_ns=time.time_ns(), incarnation=self._rng.getrandbits(64),
+        )
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._writer = j.JournalWriter(run_dir, header)
+        except OSError as exc:
+            import logging
+
+            logging.getLogger(__name__).warning("tracing off: cannot open journal: %s", exc)
+            self.enabled = False
+            return
+        self.run_dir = run_dir
+        if self.role == "driver":
+            os.environ[OWNER_ENV] = str(self._pid)
+
+    def _journal_dir(self) -> Path:
+        if self.settings.trace_dir:
+            return Path(self.settings.trace_dir)
+        inherited = os.environ.get(TMPDIR_ENV)
+        if inherited and self.role != "driver" and os.path.isdir(inherited):
+            return Path(inherited)
+        if self._owned_tmpdir is None:
+            self._owned_tmpdir = tempfile.mkdtemp(prefix="faultlab-trace-")
+            os.environ[TMPDIR_ENV] = self._owned_tmpdir
+        return Path(self._owned_tmpdir)
+
+    def _start_live_export(self) -> None:
+        from telemetry.live import LiveExporter
+
+        assert self.run_dir is not None and self._writer is not None
+        self._exporter = LiveExporter(
+            self.run_dir, self.settings, since_ns=self._writer.header.created_ns)
+        self._exporter.start()
+
+    def _close_journal(self) -> None:
+        """Flush export, close this process's journal, remove an owned temp dir."""
+        exporter, self._exporter = self._exporter, None
+        if exporter is not None:
+            exporter.stop()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        tmp, self._owned_tmpdir = self._owned_tmpdir, None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if os.environ.get(TMPDIR_ENV) == tmp:
+                del os.environ[TMPDIR_ENV]
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._pid != os.getpid():
+                return
+            self.enabled = False
+            self._close_journal()
+
+    def after_fork_in_child(self) -> None:
+        """Forget the parent's journal, exporter and temp dir; they belong to the parent."""
+        self._lock = threading.RLock()  # another thread may have held it at fork time
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.abandon()
+        self._exporter = None
+        self._owned_tmpdir = None
+        self.role, self.rank = "worker", None
+        self._reset_state()  # new random ids: the child must not repeat the parent's
+        # Keep tracing until configure_process names this process, but only open a journal
+        # if a span comes first (most children call configure_process at once).
+        self._open_on_use = self.enabled
+
+    def _open_after_fork(self) -> j.JournalWriter | None:
+        with self._lock:
+            if self._open_on_use:
+                self._open_on_use = False
+                self._open_journal()
+            return self._writer
+
+
+_RECORDER: Recorder | None = None
+_CREATE_LOCK = threading.Lock()
+
+
+def get_recorder() -> Recorder:
+    """This process's recorder, configured from the environment on first call."""
+    rec = _RECORDER
+    return rec if rec is not None else _create(None, None)
+
+
+def _create(role: str | None, rank: int | None) -> Recorder:
+    global _RECORDER
+    with _CREATE_LOCK:
+        rec = _RECORDER
+        if rec is None:
+            rec = Recorder()
+            _RECORDER = rec
+            atexit.register(shutdown)
+        elif role is None:
+            return rec
+        if role is None:  # first use without configure_process
+            owner = os.environ.get(OWNER_ENV)
+            role = "driver" if owner in (None, "", str(os.getpid())) else "worker"
+        rec.configure(role, rank)
+        return rec
+
+
+def configure_process(role: str = "driver", rank: int | None = None) -> None:
+    """Name this process (``driver``/``worker``/``chaos``) and open its own journal.
+
+    Re-reads the environment, so calling it again after changing ``FAULTLAB_TRACE_DIR``
+    starts a new journal there.
+    """
+    _create(role, rank)
+
+
+def shutdown() -> None:
+    """Flush live export and close this process's journal; safe to call twice."""
+    rec = _RECORDER
+    if rec is not None:
+        rec.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    if _RECORDER is not None:
+        _RECORDER.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,178 @@
+"""Span handles and the trace context that travels inside queue messages.
+
+Data flow::
+
+    Recorder.start_span ──► Span (sampled: writes records through its Recorder)
+                       └──► NonRecordingSpan (not sampled or off: writes nothing)
+    span.context ──► SpanContext.to_wire ──► (trace_id, span_id, flags) ──► from_wire
+
+Invariants:
+
+- Every span, recording or not, has a valid ``SpanContext`` (non-zero ids), so the
+  sampled flag of a root decides for its whole trace across processes.
+- A ``Span`` writes its end record at most once; later ``end`` calls do nothing.
+- Wire flags are W3C trace flags: bit 0 is "sampled".
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from telemetry import journal as j
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from telemetry.recorder import Recorder
+
+_M64 = (1 << 64) - 1
+FLAG_SAMPLED = 0x01
+
+
+class SpanContext(NamedTuple):
+    """Identity of a span: 128-bit trace id, 64-bit span id, sampled flag."""
+
+    trace_id: int
+    span_id: int
+    sampled: bool
+
+    @staticmethod
+    def to_wire(ctx: SpanContext | None) -> tuple[int, int, int] | None:
+        """The small tuple that rides in a queue message (None when not tracing)."""
+        if ctx is None:
+            return None
+        return (ctx.trace_id, ctx.span_id, FLAG_SAMPLED if ctx.sampled else 0)
+
+    @staticmethod
+    def from_wire(wire: tuple[int, int, int] | None) -> SpanContext | None:
+        if wire is None:
+            return None
+        trace_id, span_id, flags = wire
+        return SpanContext(trace_id, span_id, bool(flags & FLAG_SAMPLED))
+
+    @property
+    def trace_id_hex(self) -> str:
+        return f"{self.trace_id:032x}"
+
+    @property
+    def span_id_hex(self) -> str:
+        return f"{self.span_id:016x}"
+
+    def traceparent(self) -> str:
+        """The W3C ``traceparent`` header value for this context."""
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{1 if self.sampled else 0:02x}"
+
+
+class Span:
+    """A sampled span being recorded; end it exactly once (or use it as a context manager).
+
+    Its ``context`` is built on first use: most spans are never anyone's parent.
+    """
+
+    __slots__ = ("_ctx", "_rec", "ended", "span_id", "trace_id")
+
+    def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
+        self._rec = rec
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self._ctx: SpanContext | None = None
+        self.ended = False
+
+    @property
+    def context(self) -> SpanContext:
+        ctx = self._ctx
+        if ctx is None:
+            ctx = self._ctx = SpanContext(self.trace_id, self.span_id, True)
+        return ctx
+
+    @property
+    def is_recording(self) -> bool:
+        return not self.ended
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if not self.ended:
+            self._rec.write_attribute(j.OWNER_SPAN, self.span_id, key, value)
+
+    def add_event(self, name: str, attributes: dict[str, Any] | None = None) -> None:
+        if not self.ended:
+            self._rec.write_event(self.span_id, name, attributes)
+
+    def end(self, error: BaseException | str | None = None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if error is None:
+            self._rec.write_end(self.span_id, j.STATUS_OK, "")
+            return
+        if isinstance(error, BaseException):
+            self._rec.write_event(self.span_id, "exception", {
+                "exception.type": type(error).__qualname__,
+                "exception.message": str(error),
+                "exception.stacktrace": "".join(traceback.format_exception(error))[-4000:],
+            })
+            message = f"{type(error).__name__}: {error}"
+        else:
+            message = str(error)
+        self._rec.write_end(self.span_id, j.STATUS_ERROR, message)
+
+    def __enter__(self) -> Span:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.end(exc)
+
+
+class NonRecordingSpan:
+    """A span that is not sampled (or tracing is off): it has a context and records nothing."""
+
+    __slots__ = ("_ctx", "span_id", "trace_id")
+    is_recording = False
+    ended = True
+
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self._ctx: SpanContext | None = None
+
+    @property
+    def context(self) -> SpanContext:
+        ctx = self._ctx
+        if ctx is None:
+            ctx = self._ctx = SpanContext(self.trace_id, self.span_id, False)
+        return ctx
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def add_event(self, name: str, attributes: dict[str, Any] | None = None) -> None:
+        pass
+
+    def end(self, error: BaseException | str | None = None) -> None:
+        pass
+
+    def __enter__(self) -> NonRecordingSpan:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        pass
+
+
+def root_sampling(sampler: str, ratio: float) -> tuple[bool, int]:
+    """``(follow parent?, bound)``: a span without a parent to follow is sampled iff
+    ``trace_id & (2**64 - 1) < bound`` (the OpenTelemetry TraceIdRatioBased rule)."""
+    parent_based = sampler.startswith("parentbased_")
+    base = sampler.removeprefix("parentbased_")
+    if base == "always_on":
+        bound = 1 << 64
+    elif base == "always_off":
+        bound = 0
+    else:
+        bound = round(ratio * (1 << 64))
+    return parent_based, bound

@@ -4,7 +4,7 @@
                   ─ extend(req, layer, shard, k, v) ─► the request's keys/values so far
                   ─ free(finished ids)
 
-Keys and values are ``[tokens, head_dim]`` per (request, layer, local shard).  ``begin_step``
+Keys and values are ``[local_shards, tokens, head_dim]`` per (request, layer).  ``begin_step``
 checks every position before anything runs, so a batch that does not match the cache fails
 on every rank alike, before any collective (a rank that raised mid-collective would leave
 its peers waiting).
@@ -16,8 +16,6 @@ import torch
 
 from executor.model.batch import ModelBatch
 
-_Key = tuple[int, int]  # (layer, shard)
-
 
 class KVCache:
     """Keys and values per request; cheap to free, checked on every step."""
@@ -25,7 +23,7 @@ class KVCache:
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions
         self._lengths: dict[str, int] = {}
-        self._entries: dict[str, dict[_Key, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._entries: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def __len__(self) -> int:
         return len(self._lengths)
@@ -48,14 +46,14 @@ class KVCache:
                 self._entries[request_id] = {}
             self._lengths[request_id] = position + len(tokens)
 
-    def extend(self, request_id: str, layer: int, shard: int, k: torch.Tensor,
+    def extend(self, request_id: str, layer: int, k: torch.Tensor,
                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this step's keys/values and return all of the request's so far."""
         entries = self._entries[request_id]
-        old = entries.get((layer, shard))
+        old = entries.get(layer)
         if old is not None:
-            k, v = torch.cat([old[0], k]), torch.cat([old[1], v])
-        entries[(layer, shard)] = (k, v)
+            k, v = torch.cat([old[0], k], dim=1), torch.cat([old[1], v], dim=1)
+        entries[layer] = (k, v)
         return k, v
 
     @staticmethod

@@ -24,7 +24,7 @@ from executor.model.batch import ModelBatch
 from executor.model.config import ModelConfig
 from executor.model.kv_cache import KVCache
 from executor.model.parallel import ParallelGroups
-from executor.model.weights import LayerWeights, ShardWeights, StageWeights
+from executor.model.weights import LayerWeights, StageWeights
 
 # CPU GEMM takes a different kernel (another summation order) for fewer than 4 rows, so a
 # token's result would depend on how many tokens share its batch.  Padding to 4 rows keeps
@@ -33,12 +33,13 @@ MIN_GEMM_ROWS = 4
 
 
 def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``x @ w`` whose rows do not depend on how many rows ``x`` has."""
-    rows = x.shape[0]
+    """``x @ w`` (batched over leading dims) whose rows do not depend on how many rows
+    ``x`` has."""
+    rows = x.shape[-2]
     if rows >= MIN_GEMM_ROWS:
-        return x @ w
-    padded = torch.cat([x, x.new_zeros(MIN_GEMM_ROWS - rows, x.shape[1])])
-    return (padded @ w)[:rows]
+        return torch.matmul(x, w)
+    pad = x.new_zeros(*x.shape[:-2], MIN_GEMM_ROWS - rows, x.shape[-1])
+    return torch.matmul(torch.cat([x, pad], dim=-2), w)[..., :rows, :]
 
 
 def tree_sum(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -48,6 +49,11 @@ def tree_sum(parts: list[torch.Tensor]) -> torch.Tensor:
         pairs = [parts[i] + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
         parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
     return parts[0]
+
+
+def by_shard(x: torch.Tensor, num_shards: int) -> torch.Tensor:
+    """``[tokens, shards * width]`` -> ``[shards, tokens, width]``."""
+    return x.view(x.shape[0], num_shards, -1).transpose(0, 1).contiguous()
 
 
 class StageModel:
@@ -81,33 +87,37 @@ class StageModel:
         last = self.rms_norm(x[ends], self.w.final_norm)
         return matmul(last, self.w.lm_head)
 
+    def _row_parallel(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Per-shard partial outputs ``x[s] @ w[s]``, summed in tree order, then across
+        the stage's tensor-parallel ranks."""
+        partials = matmul(x, w).unbind(0)
+        return self.groups.all_reduce(tree_sum(list(partials)))
+
     def _mlp(self, layer: LayerWeights, x: torch.Tensor) -> torch.Tensor:
-        parts = [matmul(F.gelu(matmul(x, s.up)), s.down) for s in layer.shards]
-        return self.groups.all_reduce(tree_sum(parts))
+        hidden = F.gelu(matmul(x, layer.up))
+        return self._row_parallel(by_shard(hidden, len(self.shards)), layer.down)
 
     def _attention(self, batch: ModelBatch, index: int, layer: LayerWeights,
                    x: torch.Tensor) -> torch.Tensor:
-        parts = [self._attention_shard(batch, index, shard_id, shard, x)
-                 for shard_id, shard in zip(self.shards, layer.shards, strict=True)]
-        return self.groups.all_reduce(tree_sum(parts))
-
-    def _attention_shard(self, batch: ModelBatch, index: int, shard_id: int,
-                         shard: ShardWeights, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = matmul(x, shard.qkv).split(self.cfg.head_dim, dim=1)
+        qkv = by_shard(matmul(x, layer.qkv), len(self.shards))  # [shards, tokens, 3 * d]
+        q, k, v = qkv.split(self.cfg.head_dim, dim=-1)
         outputs, start = [], 0
         for request_id, tokens, position in zip(batch.request_ids, batch.token_ids,
                                                 batch.positions, strict=True):
             rows = slice(start, start + len(tokens))
-            keys, values = self.kv.extend(request_id, index, shard_id, k[rows], v[rows])
-            outputs.append(self._attend(q[rows], keys, values, position))
+            keys, values = self.kv.extend(request_id, index, k[:, rows], v[:, rows])
+            outputs.append(self._attend(q[:, rows], keys, values, position))
             start += len(tokens)
-        return matmul(torch.cat(outputs), shard.out)
+        return self._row_parallel(torch.cat(outputs, dim=1), layer.out)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 position: int) -> torch.Tensor:
-        """Causal attention of ``q`` (new tokens from ``position`` on) over all keys."""
-        scores = matmul(q, keys.t().contiguous()) / math.sqrt(self.cfg.head_dim)
-        query_pos = torch.arange(position, position + q.shape[0])[:, None]
-        future = torch.arange(keys.shape[0])[None, :] > query_pos
-        weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        return matmul(weights, values)
+        """Causal attention of ``q`` ``[shards, new, d]`` (new tokens from ``position`` on)
+        over the request's keys and values ``[shards, all, d]``.  Shapes depend only on the
+        request, never on the rest of the batch."""
+        scores = torch.matmul(q, keys.transpose(1, 2)) / math.sqrt(self.cfg.head_dim)
+        if q.shape[1] > 1:
+            query_pos = torch.arange(position, position + q.shape[1])[:, None]
+            future = torch.arange(keys.shape[1])[None, :] > query_pos
+            scores = scores.masked_fill(future, float("-inf"))
+        return torch.matmul(torch.softmax(scores, dim=-1), values)

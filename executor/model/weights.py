@@ -21,21 +21,19 @@ from executor.model.config import ModelConfig
 
 
 @dataclasses.dataclass
-class ShardWeights:
-    """One head's share of a block: its q/k/v columns, its rows of the output projection,
-    and one slice of the MLP."""
-
-    qkv: torch.Tensor  # [hidden, 3 * head_dim]: q | k | v of this head
-    out: torch.Tensor  # [head_dim, hidden]
-    up: torch.Tensor  # [hidden, mlp_shard]
-    down: torch.Tensor  # [mlp_shard, hidden]
-
-
-@dataclasses.dataclass
 class LayerWeights:
-    attn_norm: torch.Tensor
-    mlp_norm: torch.Tensor
-    shards: list[ShardWeights]  # this rank's shards, in shard order
+    """One block's weights for this rank's shards (one shard = one head + one MLP slice).
+
+    Column-parallel weights hold the local shards side by side; row-parallel ones are
+    stacked per shard, so each shard's partial output can be summed in a fixed order.
+    """
+
+    attn_norm: torch.Tensor  # [hidden]
+    qkv: torch.Tensor  # [hidden, local_shards * 3 * head_dim]: q|k|v of shard 0, then 1, ...
+    out: torch.Tensor  # [local_shards, head_dim, hidden]
+    mlp_norm: torch.Tensor  # [hidden]
+    up: torch.Tensor  # [hidden, local_shards * mlp_shard]
+    down: torch.Tensor  # [local_shards, mlp_shard, hidden]
 
 
 @dataclasses.dataclass
@@ -75,17 +73,17 @@ def _full_layer(cfg: ModelConfig, draw: _Draw) -> dict[str, torch.Tensor]:
     }
 
 
-def _shard(cfg: ModelConfig, full: dict[str, torch.Tensor], s: int) -> ShardWeights:
-    d, f = cfg.head_dim, cfg.mlp_shard_size
-    heads, mlp = slice(s * d, (s + 1) * d), slice(s * f, (s + 1) * f)
-    qkv = torch.cat([full["wq"][:, heads], full["wk"][:, heads], full["wv"][:, heads]], dim=1)
-    return ShardWeights(qkv=qkv.contiguous(), out=full["wo"][heads].contiguous(),
-                        up=full["up"][:, mlp].contiguous(), down=full["down"][mlp].contiguous())
-
-
 def _layer(cfg: ModelConfig, full: dict[str, torch.Tensor], shards: range) -> LayerWeights:
-    return LayerWeights(attn_norm=full["attn_norm"], mlp_norm=full["mlp_norm"],
-                        shards=[_shard(cfg, full, s) for s in shards])
+    d, f = cfg.head_dim, cfg.mlp_shard_size
+    heads = [slice(s * d, (s + 1) * d) for s in shards]
+    mlp = [slice(s * f, (s + 1) * f) for s in shards]
+    qkv = [full[name][:, h] for h in heads for name in ("wq", "wk", "wv")]
+    return LayerWeights(
+        attn_norm=full["attn_norm"], mlp_norm=full["mlp_norm"],
+        qkv=torch.cat(qkv, dim=1).contiguous(),
+        out=torch.stack([full["wo"][h] for h in heads]).contiguous(),
+        up=torch.cat([full["up"][:, m] for m in mlp], dim=1).contiguous(),
+        down=torch.stack([full["down"][m] for m in mlp]).contiguous())
 
 
 def build_stage_weights(cfg: ModelConfig, tp_rank: int, tp: int, pp_rank: int,

@@ -1,0 +1,343 @@
+"""The engine loop: requests in, batches through the executor, generated tokens out.
+
+    add_request ─► waiting ─┐
+                            ▼  each step: runnable requests (not in flight) ─► ModelBatch
+    LLMEngine.step ─► collective_rpc("execute_model", batch, unique_reply_rank=output_rank)
+                            │        (non-blocking, up to max_concurrent_batches in flight)
+                            ▼
+                 oldest in-flight reply ─► ModelOutput ─► append one token per request
+                            │
+                            └─► request done ─► its Future gets the tokens; its KV cache is
+                                freed by the next batch (finished_request_ids)
+
+A request has at most one batch in flight (the next token needs the last one), so with
+several batches in flight the runnable requests are split evenly between them.
+
+Failure: any error from a step (``ExecutorFailedError``, ``WorkerError``, ``TimeoutError``,
+...) leaves the ranks' KV caches out of step with each other, so it is fatal: every pending
+request's Future fails with ``RequestFailedError`` naming the cause (rank, pid, signal), the
+engine refuses further work, and ``run`` raises ``EngineFailedError``.  Nothing waits longer
+than the step timeout (plus slack) for a reply.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from executor.model.batch import ModelBatch, ModelOutput
+
+# A future that the executor should have ended by its own deadline gets this much longer
+# before the engine stops waiting on its own (guards against a wedged executor).
+RESULT_SLACK_S = 5.0
+# A WorkerError from a rank whose peer just died (gloo: "connection closed") may overtake
+# the executor's death detection; wait this long for it, so the error names the dead rank.
+DEATH_GRACE_S = 1.0
+
+
+class ExecutorLike(Protocol):
+    """What the engine needs from ``executor.MultiprocExecutor``."""
+
+    @property
+    def output_rank(self) -> int: ...
+
+    @property
+    def max_concurrent_batches(self) -> int: ...
+
+    @property
+    def is_failed(self) -> bool: ...
+
+    def check_health(self) -> None: ...
+
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict[str, Any] | None = None, non_block: bool = False,
+                       unique_reply_rank: int | None = None) -> Any: ...
+
+
+class EngineFailedError(RuntimeError):
+    """The engine stopped: a step failed and every pending request failed with it."""
+
+
+class RequestFailedError(EngineFailedError):
+    """One request could not finish because the engine failed; ``__cause__`` is the error."""
+
+
+@dataclasses.dataclass
+class Request:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_new_tokens: int
+    output_token_ids: list[int] = dataclasses.field(default_factory=list)
+    future: Future[list[int]] = dataclasses.field(default_factory=Future)
+    in_flight: bool = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.output_token_ids) >= self.max_new_tokens
+
+    def next_input(self) -> tuple[tuple[int, ...], int]:
+        """The tokens to feed next and the position of the first of them."""
+        if not self.output_token_ids:
+            return self.prompt_token_ids, 0
+        position = len(self.prompt_token_ids) + len(self.output_token_ids) - 1
+        return (self.output_token_ids[-1],), position
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Counters for progress displays and benchmarks; times in seconds."""
+
+    steps: int = 0
+    generated_tokens: int = 0
+    finished_requests: int = 0
+    total_requests: int = 0
+    started_at: float = dataclasses.field(default_factory=time.perf_counter)
+    round_trip_s: list[float] = dataclasses.field(default_factory=list)
+    model_s: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started_at
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / max(self.elapsed_s, 1e-9)
+
+
+@dataclasses.dataclass
+class _InFlight:
+    batch: ModelBatch
+    reply: Future[Any] | ModelOutput | None
+    submitted_at: float
+
+
+class LLMEngine:
+    """Drives the model worker through an executor; single-threaded, call from one thread."""
+
+    def __init__(self, executor: ExecutorLike, *, step_timeout: float | None = None,
+                 max_concurrent_batches: int | None = None) -> None:
+        self.executor = executor
+        self.step_timeout = step_timeout
+        self.slots = max_concurrent_batches or executor.max_concurrent_batches
+        self.output_rank = executor.output_rank
+        self.stats = EngineStats()
+        self._requests: dict[str, Request] = {}  # unfinished, in arrival order
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._to_free: list[str] = []  # finished ids whose KV cache the ranks still hold
+        self._next_step_id = 0
+        self.failure: EngineFailedError | None = None
+
+    # ----------------------------------------------------------------- requests
+
+    def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                    max_new_tokens: int) -> Future[list[int]]:
+        """Queue a request; its Future gets the generated token ids, or the failure."""
+        self._raise_if_failed()
+        if request_id in self._requests:
+            raise ValueError(f"request {request_id!r} is already running")
+        if not prompt_token_ids or max_new_tokens < 1:
+            raise ValueError(f"request {request_id!r}: needs a prompt and max_new_tokens >= 1")
+        request = Request(request_id, tuple(int(t) for t in prompt_token_ids), max_new_tokens)
+        self._requests[request_id] = request
+        self.stats.total_requests += 1
+        return request.future
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests)
+
+    # ----------------------------------------------------------------- the loop
+
+    def step(self) -> list[Request]:
+        """Fill the free batch slots, then finish the oldest batch in flight.
+
+        Returns the requests that finished in this step.
+        """
+        self._raise_if_failed()
+        try:
+            while len(self._in_flight) < self.slots and self._submit_next():
+                pass
+            if not self._in_flight:
+                return []
+            return self._complete_oldest()
+        except Exception as exc:
+            self._fail(exc)
+            raise self._failure() from exc
+
+    def run(self, progress: Callable[[EngineStats], None] | None = None) -> dict[str, list[int]]:
+        """Step until every request is done; return request id -> generated tokens."""
+        outputs: dict[str, list[int]] = {}
+        while self.has_unfinished():
+            for request in self.step():
+                outputs[request.request_id] = list(request.output_token_ids)
+            if progress is not None:
+                progress(self.stats)
+        self.free_finished()
+        return outputs
+
+    def generate(self, prompts: Mapping[str, Sequence[int]], max_new_tokens: int,
+                 progress: Callable[[EngineStats], None] | None = None) -> dict[str, list[int]]:
+        """Add every prompt, run to completion, and return tokens in the prompts' order."""
+        for request_id, prompt in prompts.items():
+            self.add_request(request_id, prompt, max_new_tokens)
+        outputs = self.run(progress)
+        return {request_id: outputs[request_id] for request_id in prompts}
+
+    def free_finished(self) -> None:
+        """Send a request-less batch so every rank frees the finished requests' KV cache."""
+        if self._to_free and not self._in_flight and self.failure is None:
+            try:
+                self._call(self._make_batch([]), non_block=False)
+            except Exception as exc:
+                self._fail(exc)
+                raise self._failure() from exc
+
+    # ----------------------------------------------------------------- steps
+
+    def _submit_next(self) -> bool:
+        requests = self._schedule()
+        if not requests:
+            return False
+        batch = self._make_batch(requests)
+        for request in requests:
+            request.in_flight = True
+        reply = self._call(batch, non_block=self.slots > 1)
+        self._in_flight.append(_InFlight(batch, reply, time.perf_counter()))
+        return True
+
+    def _schedule(self) -> list[Request]:
+        """Runnable requests for one batch: an even share when several slots are free."""
+        runnable = [r for r in self._requests.values() if not r.in_flight]
+        share = math.ceil(len(self._requests) / self.slots)
+        return runnable[:share]
+
+    def _make_batch(self, requests: Iterable[Request]) -> ModelBatch:
+        inputs = [(r.request_id, *r.next_input()) for r in requests]
+        batch = ModelBatch(step_id=self._next_step_id,
+                           request_ids=tuple(i[0] for i in inputs),
+                           token_ids=tuple(i[1] for i in inputs),
+                           positions=tuple(i[2] for i in inputs),
+                           finished_request_ids=tuple(self._to_free))
+        self._next_step_id += 1
+        self._to_free = []
+        return batch
+
+    def _call(self, batch: ModelBatch, non_block: bool) -> Any:
+        return self.executor.collective_rpc("execute_model", timeout=self.step_timeout,
+                                            args=(batch,), non_block=non_block,
+                                            unique_reply_rank=self.output_rank)
+
+    def _complete_oldest(self) -> list[Request]:
+        entry = self._in_flight[0]
+        output = self._wait(entry)
+        self._in_flight.popleft()
+        self.stats.steps += 1
+        self.stats.round_trip_s.append(time.perf_counter() - entry.submitted_at)
+        self.stats.model_s.append(output.model_time_s)
+        return self._apply(entry.batch, output)
+
+    def _wait(self, entry: _InFlight) -> ModelOutput:
+        reply = entry.reply
+        if isinstance(reply, Future):
+            wait = None if self.step_timeout is None else self.step_timeout + RESULT_SLACK_S
+            reply = reply.result(timeout=wait)
+        if not isinstance(reply, ModelOutput) or reply.step_id != entry.batch.step_id:
+            raise RuntimeError(f"step {entry.batch.step_id}: output rank {self.output_rank} "
+                               f"replied {type(reply).__name__}, not this step's ModelOutput")
+        return reply
+
+    def _apply(self, batch: ModelBatch, output: ModelOutput) -> list[Request]:
+        finished = []
+        for request_id, token in zip(output.request_ids, output.sampled_token_ids, strict=True):
+            request = self._requests[request_id]
+            request.in_flight = False
+            request.output_token_ids.append(token)
+            self.stats.generated_tokens += 1
+            if request.done:
+                finished.append(self._finish(request))
+        return finished
+
+    def _finish(self, request: Request) -> Request:
+        del self._requests[request.request_id]
+        self._to_free.append(request.request_id)
+        self.stats.finished_requests += 1
+        request.future.set_result(list(request.output_token_ids))
+        return request
+
+    # ----------------------------------------------------------------- failure
+
+    def _fail(self, cause: BaseException) -> None:
+        """Fail every pending request with one error naming ``cause``; idempotent."""
+        if self.failure is not None:
+            return
+        self.failure = EngineFailedError(f"engine failed at step {self._failed_step()}: "
+                                         f"{self._describe(cause)}")
+        self.failure.__cause__ = cause
+        for request in self._requests.values():
+            error = RequestFailedError(f"request {request.request_id!r} failed: {self.failure}")
+            error.__cause__ = cause
+            request.future.set_exception(error)
+        self._requests.clear()
+        self._in_flight.clear()
+
+    def _failed_step(self) -> int:
+        return self._in_flight[0].batch.step_id if self._in_flight else self._next_step_id
+
+    def _describe(self, cause: BaseException) -> str:
+        text = f"{type(cause).__name__}: {_first_line(cause)}"
+        if isinstance(cause, TimeoutError):
+            text = (f"no reply within the step timeout of {self.step_timeout}s (a rank is "
+                    f"hung or too slow) — {text}")
+        executor_error = self._executor_failure(cause)
+        if executor_error is not None and executor_error is not cause:
+            text += f"; the executor failed: {_first_line(executor_error)}"
+        return text
+
+    def _executor_failure(self, cause: BaseException) -> BaseException | None:
+        """The executor's own failure, if it has one: it names the rank that died."""
+        if _is_executor_failed(cause):
+            return cause
+        deadline = time.monotonic() + (DEATH_GRACE_S if _is_worker_error(cause) else 0.0)
+        while not self.executor.is_failed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self.executor.is_failed:
+            return None
+        try:
+            self.executor.check_health()
+        except Exception as exc:
+            return exc
+        return None
+
+    def _raise_if_failed(self) -> None:
+        if self.failure is not None:
+            raise self._failure()
+
+    def _failure(self) -> EngineFailedError:
+        assert self.failure is not None
+        error = EngineFailedError(str(self.failure))
+        error.__cause__ = self.failure.__cause__
+        return error
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _is_executor_failed(exc: BaseException) -> bool:
+    from executor.errors import ExecutorFailedError
+
+    return isinstance(exc, ExecutorFailedError)
+
+
+def _is_worker_error(exc: BaseException) -> bool:
+    from executor.errors import WorkerError
+
+    return isinstance(exc, WorkerError)
+
+
+Engine = LLMEngine

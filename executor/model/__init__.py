@@ -3,8 +3,9 @@
     ModelBatch ──► ModelWorker.execute_model (every rank) ──► ModelOutput (output rank)
 
 ``ExecutorConfig(worker="executor.model.worker:ModelWorker", worker_kwargs={...})`` where
-``worker_kwargs`` may set any ``ModelConfig`` field (``seed``, ``num_layers``, ...) and
-``collective_timeout_s``.
+``worker_kwargs`` may set any ``ModelConfig`` field (``seed``, ``num_layers``, ...),
+``collective_timeout_s`` (gloo's deadline for one collective, default 120) and
+``torch_threads`` (default 1, which keeps tokens independent of batching).
 """
 
 from executor.model.batch import ModelBatch, ModelOutput

@@ -33,13 +33,18 @@ log = logging.getLogger(__name__)
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 
 
-def _configure_torch() -> None:
-    """One intra-op thread unless the user chose (2 cores, several ranks), deterministic ops."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)
-        log.info("model worker: torch intra-op threads capped to 1 (set OMP_NUM_THREADS "
-                 "to change)")
+def _configure_torch(threads: int) -> None:
+    """Deterministic ops and, by default, one intra-op thread.
+
+    One thread, whatever OMP_NUM_THREADS the executor chose: with two threads a CPU GEMM
+    splits rows differently by row count, so a token's logits (and greedy choice) would
+    depend on which other requests share its batch.  ``worker_kwargs["torch_threads"]``
+    overrides this, at the price of that guarantee.
+    """
+    torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
+    log.info("model worker: %d torch intra-op thread(s) (worker_kwargs torch_threads; "
+             "OMP_NUM_THREADS=%s)", threads, os.environ.get("OMP_NUM_THREADS"))
 
 
 class ModelWorker(WorkerBase):
@@ -47,8 +52,8 @@ class ModelWorker(WorkerBase):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        _configure_torch()
         kwargs = dict(ctx.worker_kwargs)
+        _configure_torch(int(kwargs.get("torch_threads", 1)))
         self.cfg = ModelConfig.from_kwargs(kwargs)
         self.cfg.validate(ctx.tensor_parallel_size, ctx.pipeline_parallel_size)
         timeout_s = float(kwargs.get("collective_timeout_s", DEFAULT_COLLECTIVE_TIMEOUT_S))

@@ -1,0 +1,61 @@
+"""Fixtures for the model tests: every test must leave no child process and no new
+``/dev/shm`` entry behind.
+
+    snapshot(/dev/shm, children) ─► test ─► wait briefly for children to go ─► compare
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+SHM_DIR = "/dev/shm"
+# Helpers multiprocessing keeps for the whole session; they are not a test's leak.
+_SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+_OWNER_RE = re.compile(r"^faultlab_(\d+)_")
+
+
+def _children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+            if child.status() != psutil.STATUS_ZOMBIE and not any(
+                    helper in cmdline for helper in _SESSION_HELPERS):
+                alive.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _ours(name: str) -> bool:
+    """A segment another test run on this machine made is not ours to judge."""
+    match = _OWNER_RE.match(name)
+    return match is None or int(match.group(1)) == os.getpid()
+
+
+def _new_shm(before: set[str]) -> list[str]:
+    return sorted(n for n in set(os.listdir(SHM_DIR)) - before if _ours(n))
+
+
+def _wait_for_children(deadline_s: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + deadline_s
+    while (left := _children()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    before = set(os.listdir(SHM_DIR))
+    yield
+    left = _wait_for_children(5.0)
+    for proc in left:
+        proc.kill()
+    assert not left, f"child processes left behind: {[(p.pid, p.name()) for p in left]}"
+    assert not _new_shm(before), f"/dev/shm entries left behind: {_new_shm(before)}"

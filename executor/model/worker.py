@@ -34,15 +34,17 @@ DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 
 
 def _configure_torch(threads: int) -> None:
-    """Deterministic ops and, by default, one intra-op thread.
+    """One intra-op thread by default.
 
     One thread, whatever OMP_NUM_THREADS the executor chose: with two threads a CPU GEMM
     splits rows differently by row count, so a token's logits (and greedy choice) would
     depend on which other requests share its batch.  ``worker_kwargs["torch_threads"]``
     overrides this, at the price of that guarantee.
+
+    ``torch.use_deterministic_algorithms`` is not called: every op here is deterministic on
+    the CPU already, and the call imports torch._inductor, which costs 2-4 s per worker.
     """
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
     log.info("model worker: %d torch intra-op thread(s) (worker_kwargs torch_threads; "
              "OMP_NUM_THREADS=%s)", threads, os.environ.get("OMP_NUM_THREADS"))
 

@@ -1,0 +1,35 @@
+"""faultlab's multi-process executor: a driver broadcasting RPCs to worker processes.
+
+Public names (DESIGN.md section 1); everything else in the package is internal.
+"""
+
+from executor.config import ExecutorConfig
+from executor.errors import (
+    CorruptMessageError,
+    ExecutorError,
+    ExecutorFailedError,
+    QueueCorruptedError,
+    QueueFullError,
+    ReplyUnpicklingError,
+    RequestPicklingError,
+    WorkerError,
+    WorkerStartupError,
+)
+from executor.multiproc import MultiprocExecutor
+from executor.worker_base import WorkerBase, WorkerContext
+
+__all__ = [
+    "CorruptMessageError",
+    "ExecutorConfig",
+    "ExecutorError",
+    "ExecutorFailedError",
+    "MultiprocExecutor",
+    "QueueCorruptedError",
+    "QueueFullError",
+    "ReplyUnpicklingError",
+    "RequestPicklingError",
+    "WorkerBase",
+    "WorkerContext",
+    "WorkerError",
+    "WorkerStartupError",
+]

@@ -65,6 +65,8 @@ def _rebuild_worker_error(cls: type[WorkerError], message: str, kwargs: dict) ->
 class CorruptMessageError(WorkerError):
     """A message's payload failed its checksum; it was discarded and the queue stays usable."""
 
+    msg_id: int = 0  # the id of the damaged message (the rpc id of its call)
+
 
 class WorkerStartupError(ExecutorError):
     """A worker failed to start; the message carries the worker's own traceback."""

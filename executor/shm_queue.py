@@ -45,6 +45,7 @@ from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fenc
 MAGIC = b"FLQ1"
 _HEADER = struct.Struct("<4sIIIQ")  # magic, version, n_readers, n_chunks, chunk_bytes
 _META = struct.Struct("<QQQIII")  # seq, msg_id, total, length, flags, data_crc
+_META_ALL = struct.Struct("<QQQIIII")  # the same, then meta_crc
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _META_FIELDS = 8  # offset of seq inside a chunk's meta
@@ -104,6 +105,9 @@ class ShmRingBuffer:
         self.spec = spec
         self.segment = ShmSegment(spec.name, spec.size, create=create)
         self.buf = self.segment.buf
+        # Offsets are computed once: the hot path only indexes these lists.
+        self.metas = [spec.meta_offset + i * spec.meta_size for i in range(spec.n_chunks)]
+        self.datas = [spec.data_offset + i * spec.chunk_bytes for i in range(spec.n_chunks)]
         if create:
             self._format()
         else:
@@ -113,8 +117,7 @@ class ShmRingBuffer:
     def _format(self) -> None:
         spec = self.spec
         _HEADER.pack_into(self.buf, 0, MAGIC, 1, spec.n_readers, spec.n_chunks, spec.chunk_bytes)
-        for i in range(spec.n_chunks):
-            base = self.meta(i)
+        for base in self.metas:
             self.buf[base : base + spec.meta_size] = bytes(spec.meta_size)
             self.buf[base + _READ_FLAGS : base + _READ_FLAGS + spec.n_readers] = (
                 b"\1" * spec.n_readers
@@ -129,22 +132,18 @@ class ShmRingBuffer:
             raise QueueCorruptedError(f"queue {spec.name}: header does not match its spec")
 
     def meta(self, index: int) -> int:
-        return self.spec.meta_offset + index * self.spec.meta_size
+        return self.metas[index]
 
     def data(self, index: int) -> int:
-        return self.spec.data_offset + index * self.spec.chunk_bytes
+        return self.datas[index]
 
     def seq_at(self, index: int) -> int:
-        return int(_U64.unpack_from(self.buf, self.meta(index) + _META_FIELDS)[0])
+        return int(_U64.unpack_from(self.buf, self.metas[index] + _META_FIELDS)[0])
 
     def close(self) -> None:
         self.flags.release()
         self.buf = None  # type: ignore[assignment]
         self.segment.close()
-
-
-def _meta_crc(buf: memoryview, base: int) -> int:
-    return zlib.crc32(buf[base + _META_FIELDS : base + _META_CRC])
 
 
 @dataclasses.dataclass
@@ -173,6 +172,10 @@ class QueueWriter:
         self.spec = ring.spec
         self._reader_bells = list(reader_bells)
         self._all_read = b"\1" * self.spec.n_readers
+        self._no_reads = bytes(self.spec.n_readers)
+        self._chunk_bytes = self.spec.chunk_bytes
+        self._n_chunks = self.spec.n_chunks
+        self._checksum = self.spec.checksum
         self._seq = 1  # the next chunk's sequence number
         self._aborted: int | None = None  # msg_id of a message left half-written
         self._sleeper = Sleeper(ring.flags, 0, own_bell, interrupt_fds, on_interrupt, policy)
@@ -181,7 +184,17 @@ class QueueWriter:
         """Publish one message; raises QueueFullError (nothing half-published) at ``deadline``."""
         if self._aborted is not None:
             self._publish_abort(deadline)
-        total = sum(len(p) for p in parts)
+        total = 0
+        for part in parts:
+            total += len(part)  # parts are bytes or 1-D byte memoryviews
+        if total <= self._chunk_bytes and not failpoints.ACTIVE:
+            index = self._acquire(deadline)
+            buf, pos = self.ring.buf, self.ring.datas[index]
+            for part in parts:
+                buf[pos : pos + len(part)] = part
+                pos += len(part)
+            self._publish(index, msg_id, total, total, FIRST | LAST)
+            return
         try:
             self._write_chunks(msg_id, parts, total, deadline)
         except BaseException:
@@ -216,10 +229,12 @@ class QueueWriter:
 
     def _acquire(self, deadline: float | None) -> int:
         """Wait until the chunk for the next sequence number is free; return its index."""
-        index = (self._seq - 1) % self.spec.n_chunks
-        flags = self.ring.meta(index) + _READ_FLAGS
-        buf, n = self.ring.buf, self.spec.n_readers
-        if not self._sleeper.wait(lambda: buf[flags : flags + n] == self._all_read, deadline):
+        index = (self._seq - 1) % self._n_chunks
+        flags = self.ring.metas[index] + _READ_FLAGS
+        buf, n, all_read = self.ring.buf, self.spec.n_readers, self._all_read
+        if buf[flags : flags + n] == all_read:
+            return index
+        if not self._sleeper.wait(lambda: buf[flags : flags + n] == all_read, deadline):
             behind = [r for r in range(n) if not buf[flags + r]]
             raise QueueFullError(
                 f"queue {self.spec.name}: reader(s) {behind} have not read chunk {index} "
@@ -229,16 +244,16 @@ class QueueWriter:
         return index
 
     def _publish(self, index: int, msg_id: int, total: int, length: int, flags: int) -> None:
-        buf, base = self.ring.buf, self.ring.meta(index)
+        buf, base = self.ring.buf, self.ring.metas[index]
         buf[base] = 0
+        fence()
         crc = 0
-        if self.spec.checksum:
-            data = self.ring.data(index)
+        if self._checksum:
+            data = self.ring.datas[index]
             crc, flags = zlib.crc32(buf[data : data + length]), flags | CHECKED
         _META.pack_into(buf, base + _META_FIELDS, self._seq, msg_id, total, length, flags, crc)
-        _U32.pack_into(buf, base + _META_CRC, _meta_crc(buf, base))
-        n = self.spec.n_readers
-        buf[base + _READ_FLAGS : base + _READ_FLAGS + n] = bytes(n)
+        _U32.pack_into(buf, base + _META_CRC, zlib.crc32(buf[base + _META_FIELDS : base + _META_CRC]))
+        buf[base + _READ_FLAGS : base + _READ_FLAGS + len(self._no_reads)] = self._no_reads
         fence()
         buf[base] = 1
         self._seq += 1
@@ -270,6 +285,8 @@ class QueueReader:
         self.index = index
         self._writer_bell = writer_bell
         self._seq = 1  # the sequence number of the next chunk to take
+        self._n_chunks = self.spec.n_chunks
+        self._chunk_bytes = self.spec.chunk_bytes
         self._partial: _Partial | None = None
         self._sleeper = Sleeper(
             ring.flags, 1 + index, own_bell, interrupt_fds, on_interrupt, policy
@@ -320,7 +337,7 @@ class QueueReader:
     def _single(
         self, index: int, msg_id: int, length: int, flags: int, crc: int
     ) -> tuple[int, bytes]:
-        data = self.ring.data(index)
+        data = self.ring.datas[index]
         out = bytes(self.ring.buf[data : data + length])
         self._release(index)
         if flags & CHECKED and crc != zlib.crc32(out):
@@ -329,23 +346,30 @@ class QueueReader:
 
     def _take(self, deadline: float | None) -> tuple[int, ...] | None:
         """Wait for the chunk with the expected sequence number and return its meta."""
-        index = (self._seq - 1) % self.spec.n_chunks
-        buf, base, expected = self.ring.buf, self.ring.meta(index), self._seq
-        old = expected - self.spec.n_chunks
+        index = (self._seq - 1) % self._n_chunks
+        buf, base, expected = self.ring.buf, self.ring.metas[index], self._seq
+        old = expected - self._n_chunks
+        seq_of = _U64.unpack_from
 
         def ready() -> bool:
-            return buf[base] == 1 and self.ring.seq_at(index) != old
+            # seq before written: the writer clears written before it touches seq and sets
+            # it last, so a new seq seen with written set means the whole chunk is there.
+            return seq_of(buf, base + _META_FIELDS)[0] != old and buf[base] == 1
 
-        if not self._sleeper.wait(ready, deadline):
+        if not ready() and not self._sleeper.wait(ready, deadline):
             return None
         fence()
-        seq = self.ring.seq_at(index)
+        seq, msg_id, total, length, flags, crc, meta_crc = _META_ALL.unpack_from(
+            buf, base + _META_FIELDS
+        )
         if seq != expected:
-            seq = self._recheck(index, expected)
-        if _U32.unpack_from(buf, base + _META_CRC)[0] != _meta_crc(buf, base):
+            self._recheck(index, expected)
+            seq, msg_id, total, length, flags, crc, meta_crc = _META_ALL.unpack_from(
+                buf, base + _META_FIELDS
+            )
+        if meta_crc != zlib.crc32(buf[base + _META_FIELDS : base + _META_CRC]):
             raise self._fatal(index, "chunk metadata failed its checksum")
-        seq, msg_id, total, length, flags, crc = _META.unpack_from(buf, base + _META_FIELDS)
-        if length > self.spec.chunk_bytes:
+        if length > self._chunk_bytes:
             raise self._fatal(index, f"chunk length {length} exceeds the chunk size")
         self._seq += 1
         return seq, msg_id, total, length, flags, crc, index
@@ -363,7 +387,7 @@ class QueueReader:
 
     def _release(self, index: int) -> None:
         buf = self.ring.buf
-        buf[self.ring.meta(index) + _READ_FLAGS + self.index] = 1
+        buf[self.ring.metas[index] + _READ_FLAGS + self.index] = 1
         fence()
         if self._writer_bell is not None and self.ring.flags[0]:
             ring(self._writer_bell)
@@ -375,9 +399,11 @@ class QueueReader:
         )
 
     def _damaged(self, msg_id: int, what: str) -> CorruptMessageError:
-        return CorruptMessageError(
+        error = CorruptMessageError(
             f"message {msg_id} on queue {self.spec.name} was damaged in shared memory ({what}); "
             "it was discarded",
             exc_type="CorruptMessageError",
             exc_message=what,
         )
+        error.msg_id = msg_id
+        return error

@@ -1,0 +1,93 @@
+"""``ExecutorConfig``: what to run and how, validated before any process starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import threading
+from typing import Any
+
+START_METHODS = ("fork", "spawn", "forkserver")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorConfig:
+    """How to build a ``MultiprocExecutor``.  Invalid values raise ``ValueError`` at once."""
+
+    worker: str = "executor.workers:EchoWorker"  # "module:Class" built in every worker
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    worker_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # None picks the fastest safe one: fork when the driver has no other thread, else forkserver.
+    start_method: str | None = None
+    async_scheduling: bool = False
+    # Shared-memory ring of each queue: n_chunks chunks of chunk_bytes; bigger messages stream.
+    chunk_bytes: int = 1 << 20
+    n_chunks: int = 8
+    checksum: bool = True
+    startup_timeout: float = 120.0  # seconds for every worker to load and say READY
+    enqueue_timeout: float = 60.0  # the writer's deadline when a call has none
+    shutdown_grace: float = 2.0  # seconds workers get to exit after the death pipe closes
+    sigterm_grace: float = 1.0  # then SIGTERM, and this long before SIGKILL
+    worker_exit_grace: float = 0.1  # a worker stuck in C code is ended this long after EOF
+    worker_threads: int | None = None  # intra-op threads per worker; None: cores / world size
+
+    def __post_init__(self) -> None:
+        _check_worker_spec(self.worker)
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "n_chunks"):
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("chunk_bytes", self.chunk_bytes, minimum=64)
+        if self.n_chunks < 2:
+            raise ValueError(f"n_chunks must be at least 2, got {self.n_chunks}")
+        if self.world_size > 255:
+            raise ValueError(f"world_size must be at most 255, got {self.world_size}")
+        for name in ("startup_timeout", "enqueue_timeout", "shutdown_grace", "sigterm_grace",
+                     "worker_exit_grace"):
+            _check_positive(name, getattr(self, name))
+        if self.start_method is not None and self.start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
+        if self.worker_threads is not None:
+            _check_int("worker_threads", self.worker_threads, minimum=1)
+        if not isinstance(self.worker_kwargs, dict):
+            raise ValueError(f"worker_kwargs must be a dict, got {type(self.worker_kwargs).__name__}")
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def output_rank(self) -> int:
+        """The first tensor-parallel rank of the last pipeline stage: its reply carries output."""
+        return self.world_size - self.tensor_parallel_size
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        if self.pipeline_parallel_size > 1:
+            return self.pipeline_parallel_size
+        return 2 if self.async_scheduling else 1
+
+    def resolved_start_method(self) -> str:
+        if self.start_method is not None:
+            return self.start_method
+        # fork copies only the calling thread: a lock another thread holds stays held forever.
+        return "fork" if threading.active_count() == 1 else "forkserver"
+
+    def thread_cap(self) -> int:
+        if self.worker_threads is not None:
+            return self.worker_threads
+        return max(1, (multiprocessing.cpu_count() or 1) // self.world_size)
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def _check_worker_spec(spec: Any) -> None:
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"worker must be a 'module:Class' string, got {spec!r}")

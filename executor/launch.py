@@ -1,0 +1,176 @@
+"""Starting the worker processes and waiting for READY.
+
+    driver                                   worker rank r
+    create rpc ring, pipes ──start──►        attach rpc ring, create reply ring,
+                                             build the worker class (loads the model)
+    wait(READY pipes + sentinels) ◄──────    send ("ready", pid, reply spec) | ("error", RemoteError)
+    attach reply rings; unlink every name    serve
+
+Invariants:
+- Every segment name is known to the driver before any process starts, so a start-up
+  failure can unlink all of them, including a reply ring a dying worker already created.
+- The driver closes its copies of the child-side pipe ends once every worker has started;
+  in particular only the driver keeps the death pipe's write end.
+- A worker that dies or reports an error before READY makes ``launch`` raise
+  ``WorkerStartupError`` carrying the worker's own traceback, after stopping the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import socket
+import time
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+
+from executor import shm
+from executor.config import ExecutorConfig
+from executor.errors import WorkerStartupError
+from executor.protocol import RemoteError, describe_exit
+from executor.shm_queue import QueueSpec
+from executor.waiting import WaitPolicy
+from executor.worker_base import WorkerContext
+from executor.worker_proc import WorkerBootstrap, worker_main
+
+
+@dataclasses.dataclass
+class WorkerHandle:
+    """The driver's view of one worker: its process and the driver-side pipe ends."""
+
+    rank: int
+    process: BaseProcess
+    reply_spec: QueueSpec
+    rpc_bell: Connection  # write end: wake this worker when a request chunk is published
+    reply_bell: Connection  # read end: this worker rings it when it publishes a reply chunk
+    reply_writer_bell: Connection  # write end: wake this worker when we free a reply chunk
+    ready: Connection  # read end of its READY pipe
+    pid: int = 0
+
+    @property
+    def sentinel(self) -> int:
+        return self.process.sentinel
+
+
+@dataclasses.dataclass
+class Wiring:
+    """Driver-side ends shared by all workers."""
+
+    rpc_writer_bell: Connection  # read end: workers ring it when they free a request chunk
+    death: Connection  # write end of the death pipe; closing it tells every worker to leave
+    child_ends: list[Connection]  # closed by the driver once every worker has started
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_context(start_method: str) -> multiprocessing.context.BaseContext:
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(["executor.worker_proc"])  # type: ignore[attr-defined]
+    return ctx
+
+
+def start_workers(
+    cfg: ExecutorConfig, rpc_spec: QueueSpec, token: str, policy: WaitPolicy
+) -> tuple[list[WorkerHandle], Wiring]:
+    """Start every worker process (not yet READY)."""
+    method = cfg.resolved_start_method()
+    ctx = make_context(method)
+    rpc_writer_r, rpc_writer_w = ctx.Pipe(duplex=False)
+    death_r, death_w = ctx.Pipe(duplex=False)
+    wiring = Wiring(rpc_writer_r, death_w, [rpc_writer_w, death_r])
+    init_method = f"tcp://127.0.0.1:{free_loopback_port()}"
+    handles = []
+    for rank in range(cfg.world_size):
+        wctx = WorkerContext(
+            rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
+            init_method, dict(cfg.worker_kwargs), cfg.async_scheduling,
+        )
+        handles.append(_start_one(ctx, cfg, wctx, rpc_spec, token, policy, wiring, method))
+    for conn in wiring.child_ends:
+        conn.close()
+    return handles, wiring
+
+
+def _start_one(
+    ctx: multiprocessing.context.BaseContext, cfg: ExecutorConfig, wctx: WorkerContext,
+    rpc_spec: QueueSpec, token: str, policy: WaitPolicy, wiring: Wiring, method: str,
+) -> WorkerHandle:
+    rpc_bell_r, rpc_bell_w = ctx.Pipe(duplex=False)
+    reply_bell_r, reply_bell_w = ctx.Pipe(duplex=False)
+    reply_writer_r, reply_writer_w = ctx.Pipe(duplex=False)
+    ready_r, ready_w = ctx.Pipe(duplex=False)
+    reply_spec = QueueSpec(
+        shm.segment_name(token, f"reply{wctx.rank}"), 1, cfg.n_chunks, cfg.chunk_bytes, cfg.checksum
+    )
+    boot = WorkerBootstrap(
+        wctx, cfg.worker, rpc_spec, rpc_bell_r, wiring.child_ends[0], reply_spec, reply_bell_w,
+        reply_writer_r, wiring.child_ends[1], wiring.death.fileno(), ready_w, method,
+        cfg.thread_cap(), policy, cfg.worker_exit_grace,
+    )
+    process = ctx.Process(  # type: ignore[attr-defined]
+        target=worker_main, args=(boot,), name=f"faultlab-worker-{wctx.rank}", daemon=True
+    )
+    process.start()
+    for conn in (rpc_bell_r, reply_bell_w, reply_writer_r, ready_w):
+        conn.close()
+    for conn in (rpc_bell_w, reply_bell_r, reply_writer_w):
+        os.set_blocking(conn.fileno(), False)
+    return WorkerHandle(
+        wctx.rank, process, reply_spec, rpc_bell_w, reply_bell_r, reply_writer_w, ready_r,
+        process.pid or 0,
+    )
+
+
+def wait_ready(handles: list[WorkerHandle], timeout: float) -> None:
+    """Block until every worker said READY; raise WorkerStartupError otherwise."""
+    deadline = time.monotonic() + timeout
+    waiting = {h.ready: h for h in handles}
+    by_sentinel = {h.sentinel: h for h in handles}
+    while waiting:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            ranks = sorted(h.rank for h in waiting.values())
+            raise WorkerStartupError(
+                f"worker(s) {ranks} did not report READY within {timeout:g} s "
+                "(raise ExecutorConfig.startup_timeout if loading is slow)"
+            )
+        for obj in wait([*waiting, *by_sentinel], remaining):
+            if obj in waiting:
+                _take_ready(waiting.pop(obj))  # type: ignore[arg-type]
+            elif by_sentinel[obj].ready in waiting:  # type: ignore[index]
+                _died_before_ready(by_sentinel[obj])  # type: ignore[index]
+
+
+def _take_ready(handle: WorkerHandle) -> None:
+    try:
+        message = handle.ready.recv()
+    except EOFError:
+        _raise_died(handle)
+    if message[0] == "error":
+        error: RemoteError = message[1]
+        raise WorkerStartupError(
+            f"worker rank {handle.rank} (pid {handle.pid}) failed to start: "
+            f"{error.type_name}: {error.message}\n\nWorker traceback:\n{error.traceback}"
+        )
+    handle.pid = message[1]
+    handle.ready.close()
+
+
+def _died_before_ready(handle: WorkerHandle) -> None:
+    if handle.ready.poll():
+        _take_ready(handle)  # it managed to send its error before dying
+    _raise_died(handle)
+
+
+def _raise_died(handle: WorkerHandle) -> None:
+    handle.process.join(1.0)
+    raise WorkerStartupError(
+        f"worker rank {handle.rank} (pid {handle.pid}) {describe_exit(handle.process.exitcode)} "
+        "before reporting READY"
+    )

@@ -1,0 +1,56 @@
+"""The worker monitor: one thread that turns an unexpected worker exit into a failure.
+
+    wait(sentinel 0 … sentinel N-1, stop pipe) ──► a sentinel fired ──► on_death(rank, pid, exitcode, t)
+                                                └─► stop pipe readable ──► return (shutdown)
+
+The monitor holds no reference to the executor, only the callback, so an executor that is
+dropped can still be garbage-collected (and shut down by its finalizer).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+
+DeathCallback = Callable[[int, int, int | None, int], None]
+
+
+class WorkerMonitor(threading.Thread):
+    def __init__(self, processes: Sequence[tuple[int, BaseProcess]], on_death: DeathCallback) -> None:
+        super().__init__(name="faultlab-monitor", daemon=True)
+        self._processes = list(processes)
+        self._on_death = on_death
+        self._stop_r, self._stop_w = os.pipe()
+
+    def stop(self) -> None:
+        """Make the thread return without reporting anything; safe to call twice."""
+        try:
+            os.write(self._stop_w, b"\1")
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        try:
+            by_sentinel = {p.sentinel: (rank, p) for rank, p in self._processes}
+            ready = wait([*by_sentinel, self._stop_r])
+            detected_ns = time.time_ns()
+            if self._stop_r in ready:
+                return
+            rank, process = min(by_sentinel[s] for s in ready if s in by_sentinel)  # type: ignore[index]
+            process.join(1.0)  # reap, so the exit code is known
+            self._on_death(rank, process.pid or 0, process.exitcode, detected_ns)
+        except BaseException:  # noqa: BLE001 - a monitor that dies silently hides deaths
+            logging.getLogger("executor").exception("worker monitor failed")
+
+    def close(self) -> None:
+        """Release the stop pipe once the thread has been joined."""
+        for fd in (self._stop_r, self._stop_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

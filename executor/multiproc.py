@@ -1,0 +1,417 @@
+"""``MultiprocExecutor``: one driver broadcasting calls to N worker processes.
+
+    caller ── collective_rpc ──► pickle ──► rpc queue (shm ring, 1 writer, N readers) ──► workers
+       ▲                                                                                   │
+       └── future / result ◄── ReplyCollector ◄── reply queue r (shm ring, 1 reader) ◄─────┘
+    monitor thread: waits on worker sentinels ──► _fail() ──► cancel pipe wakes every waiter
+    death pipe: only the driver holds the write end; closing it (or dying) tells workers to go
+
+Invariants:
+- ``_send_lock`` orders request ids, the rpc queue and the pending deque identically; a call
+  enters ``pending`` only once its request is fully in the queue.
+- After ``_fail`` the executor never serves again: the cancel pipe stays readable, every
+  wait on a queue raises ``ExecutorFailedError`` at once, and the failure callbacks run once.
+- ``_Resources.shutdown`` is idempotent and owns every OS resource (processes, pipes,
+  mappings); it runs from ``shutdown()``, from the failure path, at garbage collection and
+  at interpreter exit (``weakref.finalize``).  It never needs the executor object itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import telemetry
+from executor import failpoints, shm
+from executor.calls import PendingCall, ReplyCollector, RpcFuture, settle
+from executor.config import ExecutorConfig
+from executor.errors import ExecutorFailedError, RequestPicklingError
+from executor.launch import WorkerHandle, Wiring, start_workers, wait_ready
+from executor.monitor import WorkerMonitor
+from executor.protocol import ALL_RANKS, REQUEST, describe_exit
+from executor.serialization import encode
+from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
+from executor.stopping import stop_processes
+from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
+
+log = logging.getLogger("executor")
+FailureCallback = Callable[[], None]
+
+
+class _Resources:
+    """Every OS resource of one executor, and the one idempotent way to release them."""
+
+    def __init__(self, cfg: ExecutorConfig) -> None:
+        self.cfg = cfg
+        self.names: list[str] = []
+        self.rings: list[ShmRingBuffer] = []
+        self.handles: list[WorkerHandle] = []
+        self.wiring: Wiring | None = None
+        self.monitor: WorkerMonitor | None = None
+        self.cancel_r, self.cancel_w = os.pipe()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.started = False
+        self.rec = telemetry.get_recorder()
+
+    def cancel(self) -> None:
+        try:
+            os.write(self.cancel_w, b"\1")
+        except OSError:
+            pass
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.started:
+                first = False
+            else:
+                self.started = first = True
+        if not first:
+            self.done.wait(self.cfg.shutdown_grace + self.cfg.sigterm_grace + 10)
+            return
+        try:
+            self._stop_workers()
+            self._release()
+        finally:
+            self.done.set()
+
+    def _stop_workers(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        self.cancel()
+        if self.wiring is not None:
+            self.wiring.death.close()
+        stop_processes(
+            [(h.rank, h.process) for h in self.handles],
+            self.cfg.shutdown_grace, self.cfg.sigterm_grace, self._record_step,
+        )
+        monitor = self.monitor
+        if monitor is not None and monitor is not threading.current_thread():
+            monitor.join(5.0)
+            monitor.close()
+
+    def _record_step(self, step: str, ranks: list[int]) -> None:
+        log.warning("executor shutdown: %s to worker rank(s) %s", step.upper(), ranks)
+        if self.rec.enabled:
+            self.rec.event(f"executor.shutdown.{step}", {"faultlab.ranks": str(ranks)})
+
+    def _release(self) -> None:
+        for name in self.names:
+            shm.unlink(name)
+        for ring in self.rings:
+            try:
+                ring.close()
+            except (BufferError, ValueError):
+                pass  # a view is still alive in some thread; the mapping goes with the process
+        conns = [c for h in self.handles for c in (h.rpc_bell, h.reply_bell, h.reply_writer_bell, h.ready)]
+        if self.wiring is not None:
+            conns += [self.wiring.rpc_writer_bell, self.wiring.death]
+        for conn in conns:
+            conn.close()
+        for fd in (self.cancel_r, self.cancel_w):
+            os.close(fd)
+        for h in self.handles:
+            _close_process(h)
+
+
+def _close_process(handle: WorkerHandle) -> None:
+    try:
+        handle.process.close()
+    except ValueError:
+        pass  # still running: stop_processes could not reap it
+
+
+class MultiprocExecutor:
+    """Runs ``cfg.world_size`` worker processes and broadcasts calls to them."""
+
+    def __init__(self, cfg: ExecutorConfig, *, wait_policy: WaitPolicy = DEFAULT_POLICY) -> None:
+        if not isinstance(cfg, ExecutorConfig):
+            raise TypeError(f"cfg must be an ExecutorConfig, got {type(cfg).__name__}")
+        shm.sweep_stale()
+        self.config = cfg
+        self._res = _Resources(cfg)
+        self._finalizer = weakref.finalize(self, self._res.shutdown)
+        self._failure: ExecutorFailedError | None = None
+        self._callbacks: list[FailureCallback] = []
+        self._callbacks_ran = False
+        self._state_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._rec = self._res.rec
+        self.started_ns = time.time_ns()
+        try:
+            self._start(wait_policy)
+        except BaseException:
+            self._res.shutdown()
+            raise
+
+    # ------------------------------------------------------------------ start-up
+
+    def _start(self, policy: WaitPolicy) -> None:
+        cfg, res = self.config, self._res
+        token = secrets.token_hex(4)
+        span = self._rec.start_span("executor.startup", None, {
+            "faultlab.world_size": cfg.world_size, "faultlab.worker": cfg.worker,
+        }) if self._rec.enabled else None
+        rpc_spec = QueueSpec(shm.segment_name(token, "rpc"), cfg.world_size, cfg.n_chunks,
+                             cfg.chunk_bytes, cfg.checksum)
+        res.names.append(rpc_spec.name)
+        res.names += [shm.segment_name(token, f"reply{r}") for r in range(cfg.world_size)]
+        rpc_ring = ShmRingBuffer(rpc_spec, create=True)
+        res.rings.append(rpc_ring)
+        res.handles, res.wiring = start_workers(cfg, rpc_spec, token, policy)
+        try:
+            wait_ready(res.handles, cfg.startup_timeout)
+        except BaseException as exc:
+            if span is not None:
+                span.end(exc)
+            raise
+        self._writer = QueueWriter(
+            rpc_ring, [h.rpc_bell.fileno() for h in res.handles],
+            Doorbell(res.wiring.rpc_writer_bell.fileno()), [res.cancel_r], self._raise_failure, policy,
+        )
+        self._collector = ReplyCollector(
+            self._attach_replies(policy), lambda: self._failure, self._fail, self._call_resolved
+        )
+        for name in res.names:
+            shm.unlink(name)  # everyone has mapped everything: nothing to leak from here on
+        res.monitor = WorkerMonitor([(h.rank, h.process) for h in res.handles], self._on_worker_death)
+        res.monitor.start()
+        if span is not None:
+            span.set_attribute("faultlab.worker_pids", str(self.worker_pids))
+            span.end()
+
+    def _attach_replies(self, policy: WaitPolicy) -> list[QueueReader]:
+        readers = []
+        for h in self._res.handles:
+            ring = ShmRingBuffer(h.reply_spec, create=False)
+            self._res.rings.append(ring)
+            os.set_blocking(h.reply_bell.fileno(), False)
+            readers.append(QueueReader(
+                ring, 0, Doorbell(h.reply_bell.fileno()), h.reply_writer_bell.fileno(),
+                [self._res.cancel_r], self._raise_failure, policy,
+            ))
+        return readers
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [h.pid for h in self._res.handles]
+
+    @property
+    def is_failed(self) -> bool:
+        return self._failure is not None
+
+    @property
+    def output_rank(self) -> int:
+        return self.config.output_rank
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        return self.config.max_concurrent_batches
+
+    @property
+    def world_size(self) -> int:
+        return self.config.world_size
+
+    def register_failure_callback(self, callback: FailureCallback) -> None:
+        """Call ``callback()`` once when the executor fails (at once if it already has)."""
+        with self._state_lock:
+            if not self._callbacks_ran:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def check_health(self) -> None:
+        """Raise ExecutorFailedError if the executor failed or any worker is gone."""
+        self._raise_failure()
+        for h in self._res.handles:
+            if h.process.exitcode is not None:
+                raise ExecutorFailedError(
+                    f"worker rank {h.rank} (pid {h.pid}) {describe_exit(h.process.exitcode)}"
+                )
+
+    def collective_rpc(
+        self,
+        method: str | Callable[..., Any],
+        timeout: float | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        non_block: bool = False,
+        unique_reply_rank: int | None = None,
+        aggregator: Callable[[list[Any]], Any] | None = None,
+    ) -> Any:
+        """Run ``method`` on every worker; see DESIGN.md section 1 for the whole contract."""
+        self._check_call(method, timeout, args, kwargs, unique_reply_rank)
+        call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
+                            aggregator)
+        if non_block:
+            return call.future
+        self._collector.drain_until(call, call.deadline)
+        if not call.future.done():  # an earlier call held us up past our own deadline
+            settle(call.future, error=self._collector._timeout_error(call, call.ranks[0]))
+        return call.future.result()
+
+    def shutdown(self) -> None:
+        """Stop every worker (grace, SIGTERM, SIGKILL) and release everything; idempotent."""
+        with self._state_lock:
+            if self._failure is None:
+                self._failure = ExecutorFailedError("the executor was shut down")
+        self._res.cancel()
+        self._finalizer()
+        self._collector_fail_all()
+
+    def __enter__(self) -> MultiprocExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ calls
+
+    def _check_call(
+        self, method: Any, timeout: float | None, args: Any, kwargs: Any, reply_rank: int | None
+    ) -> None:
+        if not (isinstance(method, str) or callable(method)):
+            raise TypeError(f"method must be a method name or a callable, got {type(method).__name__}")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        if isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence):
+            raise TypeError(f"args must be a tuple or list, got {type(args).__name__}")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise TypeError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
+        if reply_rank is not None and not (
+            isinstance(reply_rank, int) and 0 <= reply_rank < self.config.world_size
+        ):
+            raise ValueError(
+                f"unique_reply_rank must be a rank in 0..{self.config.world_size - 1}, got {reply_rank!r}"
+            )
+        self._raise_failure()
+
+    def _submit(
+        self, method: Any, timeout: float | None, args: tuple, kwargs: dict,
+        reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None,
+    ) -> PendingCall:
+        name = method if isinstance(method, str) else getattr(method, "__name__", "callable")
+        deadline = float("inf") if timeout is None else time.monotonic() + timeout
+        ranks = list(range(self.config.world_size)) if reply_rank is None else [reply_rank]
+        future = RpcFuture(self._collector)
+        call = PendingCall(0, name, ranks, reply_rank is not None, timeout, deadline, future, aggregator)
+        future.call = call
+        with self._send_lock:
+            call.rpc_id = next(self._ids)
+            span = self._start_rpc_span(call, timeout) if self._rec.enabled else None
+            parts = self._encode(call, method, args, kwargs, reply_rank, span)
+            self._enqueue(call, parts, span)
+            call.span = span
+            self._collector.pending.append(call)
+        return call
+
+    def _encode(
+        self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
+        reply_rank: int | None, span: Any,
+    ) -> list[Any]:
+        trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
+        try:
+            if failpoints.ACTIVE:
+                failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
+            return encode(REQUEST, ALL_RANKS if reply_rank is None else reply_rank,
+                          (method, args, kwargs, trace))
+        except Exception as exc:
+            error = RequestPicklingError(
+                f"collective_rpc({call.method!r}): the method or its arguments cannot be "
+                f"pickled ({type(exc).__name__}: {exc}); nothing was sent"
+            )
+            if span is not None:
+                span.end(error)
+            raise error from exc
+
+    def _enqueue(self, call: PendingCall, parts: list[Any], span: Any) -> None:
+        size = sum(len(memoryview(p).cast("B")) for p in parts) if span is not None else 0
+        enqueue = self._rec.start_span("executor.enqueue", span.context, {
+            "messaging.message.body.size": size}) if span is not None else None
+        deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
+        try:
+            if failpoints.ACTIVE:
+                failpoints.fire("driver.before_enqueue", msg_id=call.rpc_id, method=call.method)
+            self._writer.write(call.rpc_id, parts, deadline)
+            if failpoints.ACTIVE:
+                failpoints.fire("driver.after_enqueue", msg_id=call.rpc_id, method=call.method)
+        except BaseException as exc:
+            for s in (enqueue, span):
+                if s is not None:
+                    s.end(exc)
+            raise
+        if enqueue is not None:
+            enqueue.end()
+            span.set_attribute("messaging.message.body.size", size)
+
+    def _start_rpc_span(self, call: PendingCall, timeout: float | None) -> Any:
+        return self._rec.start_span(f"rpc {call.method}", None, {
+            "rpc.system": "faultlab", "rpc.method": call.method, "faultlab.rpc_id": call.rpc_id,
+            "faultlab.ranks": str(call.ranks), "faultlab.timeout_s": -1.0 if timeout is None else float(timeout),
+        })
+
+    def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
+        if call.span is not None:
+            call.span.set_attribute("faultlab.outcome", "ok" if error is None else type(error).__name__)
+            call.span.end(error)
+
+    # ------------------------------------------------------------------ failure
+
+    def _raise_failure(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise ExecutorFailedError(str(failure))
+
+    def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
+        error = ExecutorFailedError(
+            f"worker rank {rank} (pid {pid}) {describe_exit(exitcode)}; the executor has shut "
+            "down and every pending call failed"
+        )
+        error.rank, error.pid, error.exitcode = rank, pid, exitcode  # type: ignore[attr-defined]
+        if self._rec.enabled:
+            self._rec.event("executor.worker_death", {
+                "faultlab.rank": rank, "process.pid": pid,
+                "process.exit.code": -1 if exitcode is None else exitcode,
+                "faultlab.detected_ns": detected_ns,
+            })
+        self._fail(error)
+        self._res.shutdown()
+        self._run_callbacks()
+
+    def _fail(self, error: ExecutorFailedError) -> None:
+        with self._state_lock:
+            if self._failure is not None:
+                return
+            self._failure = error
+        log.error("executor failed: %s", error)
+        self._res.cancel()
+        self._collector_fail_all()
+
+    def _collector_fail_all(self) -> None:
+        collector = getattr(self, "_collector", None)
+        if collector is not None and self._failure is not None:
+            for call in list(collector.pending):
+                if not call.future.done():
+                    collector._resolve(call, ExecutorFailedError(str(self._failure)))
+
+    def _run_callbacks(self) -> None:
+        with self._state_lock:
+            if self._callbacks_ran:
+                return
+            self._callbacks_ran = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - one bad callback must not hide the others
+                log.exception("executor failure callback raised")

@@ -1,0 +1,64 @@
+"""What travels between the driver and the workers, and what a worker's exit code means.
+
+    driver ── REQUEST  (msg_id = rpc id)  ──► rpc queue ──► every worker
+    worker ── REPLY_OK / REPLY_ERROR (msg_id = the same rpc id) ──► its reply queue ──► driver
+    worker ── FATAL (msg_id 0): the worker's queue is damaged; it exits with EXIT_QUEUE_CORRUPTED
+
+A request is ``(method, args, kwargs, trace)``: ``method`` is a name or a callable, ``trace``
+the W3C-style context tuple of the driver's RPC span (or None).  A REPLY_OK carries the
+value; REPLY_ERROR and FATAL carry a ``RemoteError``.  Every reply echoes its request's id,
+so the driver can drop a reply whose call already timed out.
+"""
+
+from __future__ import annotations
+
+import signal
+import traceback
+from typing import NamedTuple
+
+REQUEST, REPLY_OK, REPLY_ERROR, FATAL = 1, 2, 3, 4
+ALL_RANKS = -1
+
+EXIT_STARTUP_FAILED = 3
+EXIT_QUEUE_CORRUPTED = 4
+EXIT_PARENT_DIED = 5
+_EXIT_MEANINGS = {
+    EXIT_STARTUP_FAILED: "failed to start",
+    EXIT_QUEUE_CORRUPTED: "found its shared-memory queue damaged",
+    EXIT_PARENT_DIED: "saw the driver die",
+}
+
+
+class RemoteError(NamedTuple):
+    """An exception as plain strings, so that any exception can cross processes."""
+
+    type_name: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def capture(cls, exc: BaseException) -> RemoteError:
+        return cls(
+            f"{type(exc).__module__}.{type(exc).__qualname__}",
+            str(exc),
+            "".join(traceback.format_exception(exc)),
+        )
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Say how a process ended, e.g. 'killed by SIGKILL' or 'exited with code 143 (SIGTERM)'."""
+    if exitcode is None:
+        return "is still running"
+    if exitcode < 0:
+        return f"was killed by {_signal_name(-exitcode)}"
+    if exitcode > 128 and exitcode - 128 < signal.NSIG:
+        return f"exited with code {exitcode} after {_signal_name(exitcode - 128)}"
+    meaning = _EXIT_MEANINGS.get(exitcode)
+    return f"exited with code {exitcode}" + (f" ({meaning})" if meaning else "")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -1,0 +1,378 @@
+"""The worker process: one loop that serves broadcast calls until told to leave.
+
+    rpc queue ─► dequeue ─► unpickle ─► execute ─► pickle reply ─► reply queue ─► driver
+                   ▲                                   │ (async scheduling: a reply thread
+                   │ interrupt                         ▼  pickles and enqueues instead)
+    death pipe ────┴── EOF ─► watcher thread ─► SIGTERM to self ─► (grace) ─► os._exit
+
+Invariants:
+- Every request this rank must answer gets exactly one reply with the request's id, whatever
+  fails: unpickling, the method (exceptions, ``sys.exit``), or pickling the result.
+- Only the driver holds the death pipe's write end (a forked child closes its inherited
+  copy first thing), so EOF means "the driver is gone or wants us gone".  An idle worker
+  sees it inside its queue wait; a busy one is interrupted by SIGTERM; one stuck in C code
+  (a gloo collective) is ended by ``os._exit`` after a short grace.
+- The kernel sends SIGCONT when the parent dies (``PR_SET_PDEATHSIG``), so even a
+  SIGSTOPped worker wakes up to see the EOF.  SIGCONT is harmless to a running process,
+  which matters because the "parent" is the thread that started the process.
+- SIGTERM/SIGINT raise ``SystemExit`` once; further signals are ignored while cleaning up.
+- A damaged queue is reported to the driver (FATAL) and ends the process with
+  ``EXIT_QUEUE_CORRUPTED``: a reader that lost sync can never trust the ring again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import telemetry
+from executor import failpoints
+from executor.errors import CorruptMessageError, QueueCorruptedError
+from executor.protocol import (
+    ALL_RANKS,
+    EXIT_PARENT_DIED,
+    EXIT_QUEUE_CORRUPTED,
+    EXIT_STARTUP_FAILED,
+    FATAL,
+    REPLY_ERROR,
+    REPLY_OK,
+    RemoteError,
+)
+from executor.serialization import decode, encode, peek
+from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
+from executor.waiting import Doorbell, WaitPolicy
+from executor.worker_base import WorkerContext
+
+log = logging.getLogger("executor.worker")
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass
+class WorkerBootstrap:
+    """Everything a worker process is started with (pickled for spawn and forkserver)."""
+
+    ctx: WorkerContext
+    worker: str  # "module:Class"
+    rpc: QueueSpec
+    rpc_bell: Connection  # read end: the driver rings it when a request chunk is published
+    rpc_writer_bell: Connection  # write end: ring the driver when we free a request chunk
+    reply: QueueSpec  # this worker creates it
+    reply_bell: Connection  # write end: ring the driver when a reply chunk is published
+    reply_writer_bell: Connection  # read end: the driver rings it when it frees a reply chunk
+    death: Connection  # read end of the death pipe
+    death_writer_fd: int  # the driver's write end, inherited (and closed) under fork only
+    ready: Connection  # write end: READY or the start-up error
+    start_method: str
+    thread_cap: int
+    wait_policy: WaitPolicy
+    exit_grace_s: float = 0.1
+
+
+class _Leave(Exception):
+    """The death pipe reached EOF: leave the loop and exit."""
+
+
+@dataclasses.dataclass
+class _ExitState:
+    terminating: int = 0  # the signal that asked us to exit, once
+    exiting: bool = False  # the loop is done; ignore further signals
+
+
+def worker_main(boot: WorkerBootstrap) -> None:
+    """Process entry point."""
+    state = _prepare_process(boot)
+    try:
+        proc = WorkerProc(boot, state)
+    except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
+        _report_startup_failure(boot, exc)
+        sys.exit(EXIT_STARTUP_FAILED)
+    boot.ready.send(("ready", os.getpid(), boot.reply))
+    boot.ready.close()
+    proc.run()
+
+
+def _prepare_process(boot: WorkerBootstrap) -> _ExitState:
+    if boot.start_method == "fork":
+        _close_quietly(boot.death_writer_fd)
+    _set_parent_death_signal(signal.SIGCONT)
+    state = _ExitState()
+    _install_signal_handlers(state)
+    telemetry.configure_process("worker", boot.ctx.rank)
+    failpoints.install_from_env("worker", boot.ctx.rank)
+    _cap_threads(boot.thread_cap, boot.ctx.rank)
+    threading.Thread(
+        target=_watch_parent, args=(boot, state), name="faultlab-death-pipe", daemon=True
+    ).start()
+    return state
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the death pipe alone must do
+        pass
+
+
+def _install_signal_handlers(state: _ExitState) -> None:
+    def handler(signum: int, _frame: Any) -> None:
+        if state.terminating or state.exiting:
+            return
+        state.terminating = signum
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _cap_threads(cap: int, rank: int) -> None:
+    if "OMP_NUM_THREADS" in os.environ:
+        log.info("worker %d: OMP_NUM_THREADS=%s set by the user; not capping threads",
+                 rank, os.environ["OMP_NUM_THREADS"])
+        return
+    os.environ["OMP_NUM_THREADS"] = str(cap)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(cap)
+    log.info("worker %d: capped intra-op threads to %d (set OMP_NUM_THREADS to override)",
+             rank, cap)
+
+
+def _watch_parent(boot: WorkerBootstrap, state: _ExitState) -> None:
+    fd = boot.death.fileno()
+    try:
+        while os.read(fd, 1):
+            pass
+    except OSError:
+        return
+    if failpoints.ACTIVE:
+        failpoints.fire("worker.death_pipe", rank=boot.ctx.rank)
+    if not state.exiting:
+        os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(boot.exit_grace_s)
+    os._exit(EXIT_PARENT_DIED)  # still here: stuck in C code that signals cannot interrupt
+
+
+def _report_startup_failure(boot: WorkerBootstrap, exc: BaseException) -> None:
+    try:
+        boot.ready.send(("error", RemoteError.capture(exc)))
+    except OSError:
+        pass
+
+
+def _build_worker(spec: str, ctx: WorkerContext) -> Any:
+    module_name, sep, class_name = spec.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ValueError(f"worker must be 'module:Class', got {spec!r}")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(ctx)
+
+
+class WorkerProc:
+    """The worker's queues, its worker object, and the serve loop."""
+
+    def __init__(self, boot: WorkerBootstrap, state: _ExitState) -> None:
+        self.rank = boot.ctx.rank
+        self.state = state
+        self.rec = telemetry.get_recorder()
+        death = [boot.death.fileno()]
+        for conn in (boot.rpc_bell, boot.reply_writer_bell, boot.rpc_writer_bell, boot.reply_bell):
+            os.set_blocking(conn.fileno(), False)
+        self.reply_ring = ShmRingBuffer(boot.reply, create=True)
+        self.rpc_ring = ShmRingBuffer(boot.rpc, create=False)
+        self.reader = QueueReader(
+            self.rpc_ring, self.rank, Doorbell(boot.rpc_bell.fileno()),
+            boot.rpc_writer_bell.fileno(), death, self._leave, boot.wait_policy,
+        )
+        self.writer = QueueWriter(
+            self.reply_ring, [boot.reply_bell.fileno()], Doorbell(boot.reply_writer_bell.fileno()),
+            death, self._leave, boot.wait_policy,
+        )
+        self.worker = _build_worker(boot.worker, boot.ctx)
+        self._replies: queue.SimpleQueue[tuple[int, int, Any]] | None = None
+        if boot.ctx.async_scheduling:
+            self._replies = queue.SimpleQueue()
+            threading.Thread(target=self._reply_loop, name="faultlab-replies", daemon=True).start()
+
+    @staticmethod
+    def _leave() -> None:
+        raise _Leave
+
+    def run(self) -> None:
+        try:
+            while True:
+                self._serve_one()
+        except _Leave:
+            pass
+        finally:
+            self.state.exiting = True
+            self._close()
+
+    def _close(self) -> None:
+        close = getattr(self.worker, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - cleanup must go on
+                log.exception("worker %d: close() failed", self.rank)
+        telemetry.shutdown()
+
+    def _serve_one(self) -> None:
+        waited = time.monotonic_ns()
+        try:
+            got = self.reader.read(None)
+        except CorruptMessageError as exc:
+            self._send(getattr(exc, "msg_id", 0), REPLY_ERROR, RemoteError.capture(exc))
+            return
+        except QueueCorruptedError as exc:
+            self._send_fatal(exc)
+            raise SystemExit(EXIT_QUEUE_CORRUPTED) from exc
+        if got is not None:
+            self._handle(got[0], got[1], time.monotonic_ns() - waited)
+
+    def _handle(self, msg_id: int, frame: bytes | bytearray, wait_ns: int) -> None:
+        _kind, reply_rank = peek(frame)
+        must_reply = reply_rank in (ALL_RANKS, self.rank)
+        if failpoints.ACTIVE:
+            failpoints.fire("worker.after_dequeue", rank=self.rank, msg_id=msg_id)
+        try:
+            if failpoints.ACTIVE:
+                failpoints.fire("worker.before_unpickle", rank=self.rank, msg_id=msg_id)
+            method, args, kwargs, trace = decode(frame)
+        except BaseException as exc:  # noqa: BLE001 - a bad request must not end the worker
+            self._reraise_if_terminating(exc)
+            if must_reply:
+                self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
+            return
+        spans = _WorkerSpans(self.rec, trace, self.rank, msg_id, method, wait_ns, len(frame))
+        kind, value = self._execute(msg_id, method, args, kwargs, spans)
+        if must_reply:
+            spans.reply_start()
+            self._reply(msg_id, kind, value)
+        spans.finish()
+
+    def _execute(
+        self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: _WorkerSpans
+    ) -> tuple[int, Any]:
+        try:
+            if failpoints.ACTIVE:
+                failpoints.fire("worker.before_execute", rank=self.rank, msg_id=msg_id,
+                                method=spans.method_name)
+            if isinstance(method, str):
+                result = _lookup(self.worker, method)(*args, **kwargs)
+            else:
+                result = method(self.worker, *args, **kwargs)
+            if failpoints.ACTIVE:
+                failpoints.fire("worker.after_execute", rank=self.rank, msg_id=msg_id,
+                                method=spans.method_name)
+        except BaseException as exc:  # noqa: BLE001 - sys.exit in a method is an error reply
+            self._reraise_if_terminating(exc)
+            spans.executed(exc)
+            return REPLY_ERROR, RemoteError.capture(exc)
+        spans.executed(None)
+        return REPLY_OK, result
+
+    def _reraise_if_terminating(self, exc: BaseException) -> None:
+        if isinstance(exc, (SystemExit, KeyboardInterrupt, _Leave)) and (
+            self.state.terminating or isinstance(exc, _Leave)
+        ):
+            raise exc
+
+    def _reply(self, msg_id: int, kind: int, value: Any) -> None:
+        if self._replies is not None:
+            self._replies.put((msg_id, kind, value))
+        else:
+            self._send(msg_id, kind, value)
+
+    def _reply_loop(self) -> None:
+        assert self._replies is not None
+        while True:
+            msg_id, kind, value = self._replies.get()
+            try:
+                self._send(msg_id, kind, value)
+            except BaseException:  # noqa: BLE001 - the main loop sees the same EOF and leaves
+                return
+
+    def _send(self, msg_id: int, kind: int, value: Any) -> None:
+        try:
+            if failpoints.ACTIVE:
+                failpoints.fire("worker.before_pickle_reply", rank=self.rank, msg_id=msg_id)
+            parts = encode(kind, self.rank, value)
+        except BaseException as exc:  # noqa: BLE001 - an unpicklable result is an error reply
+            self._reraise_if_terminating(exc)
+            parts = encode(REPLY_ERROR, self.rank, _annotated(exc, "could not pickle the reply"))
+        if failpoints.ACTIVE:
+            failpoints.fire("worker.before_reply", rank=self.rank, msg_id=msg_id)
+        self.writer.write(msg_id, parts, None)
+        if failpoints.ACTIVE:
+            failpoints.fire("worker.after_reply", rank=self.rank, msg_id=msg_id)
+
+    def _send_fatal(self, exc: BaseException) -> None:
+        try:
+            self.writer.write(0, encode(FATAL, self.rank, RemoteError.capture(exc)), time.monotonic() + 1)
+        except Exception:  # noqa: BLE001 - the exit code still tells the driver
+            pass
+
+
+def _lookup(worker: Any, name: str) -> Any:
+    try:
+        return getattr(worker, name)
+    except AttributeError:
+        raise AttributeError(
+            f"{type(worker).__qualname__} has no method {name!r} (rank {worker.rank})"
+            if hasattr(worker, "rank")
+            else f"{type(worker).__qualname__} has no method {name!r}"
+        ) from None
+
+
+def _annotated(exc: BaseException, what: str) -> RemoteError:
+    remote = RemoteError.capture(exc)
+    return remote._replace(message=f"{what}: {remote.message}")
+
+
+class _WorkerSpans:
+    """The worker's spans for one call: dequeue, execute, reply enqueue; free when off."""
+
+    def __init__(
+        self, rec: Any, trace: Any, rank: int, msg_id: int, method: Any, wait_ns: int, size: int
+    ) -> None:
+        self.method_name = method if isinstance(method, str) else getattr(method, "__name__", "callable")
+        self._rec = rec if rec.enabled and trace is not None else None
+        if self._rec is None:
+            return
+        self._parent = telemetry.SpanContext.from_wire(trace)
+        self._attrs = {"faultlab.rank": rank, "rpc.method": self.method_name, "faultlab.rpc_id": msg_id}
+        dequeue = self._rec.start_span("worker.dequeue", self._parent, dict(
+            self._attrs, **{"faultlab.queue.wait_ns": wait_ns, "messaging.message.body.size": size}))
+        dequeue.end()
+        self._execute = self._rec.start_span(f"worker.execute {self.method_name}", self._parent, self._attrs)
+        self._enqueue: Any = None
+
+    def executed(self, error: BaseException | None) -> None:
+        if self._rec is not None:
+            self._execute.end(error)
+
+    def reply_start(self) -> None:
+        if self._rec is not None:
+            self._enqueue = self._rec.start_span("worker.reply_enqueue", self._parent, self._attrs)
+
+    def finish(self) -> None:
+        if self._rec is not None and self._enqueue is not None:
+            self._enqueue.end()

@@ -15,6 +15,8 @@ Points (the phase of the protocol each one sits in):
 
     driver.before_pickle       driver.before_enqueue        driver.after_enqueue
     driver.before_dequeue      driver.after_dequeue         queue.mid_chunk_write
+    queue.before_publish (context: queue, ring, index, msg_id, seq, flags; the chunk's data
+                          and meta are written and checksummed but not yet visible)
     worker.after_dequeue       worker.before_unpickle       worker.before_execute
     worker.after_execute       worker.before_pickle_reply   worker.before_reply
     worker.after_reply         worker.death_pipe            worker.loop_idle
@@ -32,6 +34,7 @@ POINTS = frozenset(
     {
         "driver.before_pickle", "driver.before_enqueue", "driver.after_enqueue",
         "driver.before_dequeue", "driver.after_dequeue", "queue.mid_chunk_write",
+        "queue.before_publish",
         "worker.after_dequeue", "worker.before_unpickle", "worker.before_execute",
         "worker.after_execute", "worker.before_pickle_reply", "worker.before_reply",
         "worker.after_reply", "worker.death_pipe", "worker.loop_idle",

@@ -254,6 +254,9 @@ class QueueWriter:
         _META.pack_into(buf, base + _META_FIELDS, self._seq, msg_id, total, length, flags, crc)
         _U32.pack_into(buf, base + _META_CRC, zlib.crc32(buf[base + _META_FIELDS : base + _META_CRC]))
         buf[base + _READ_FLAGS : base + _READ_FLAGS + len(self._no_reads)] = self._no_reads
+        if failpoints.ACTIVE:  # the chunk is complete but not yet visible: damage goes here
+            failpoints.fire("queue.before_publish", queue=self.spec.name, ring=self.ring,
+                            index=index, msg_id=msg_id, seq=self._seq, flags=flags)
         fence()
         buf[base] = 1
         self._seq += 1

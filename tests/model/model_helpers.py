@@ -1,0 +1,42 @@
+"""Shared pieces of the model tests: executor configs for the model worker and prompts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Any
+
+import torch  # noqa: F401  (imported before any fork: see model_config)
+
+from executor import ExecutorConfig
+from faultlab.demo import make_prompts
+
+WORKER = "executor.model.worker:ModelWorker"
+PROMPTS = make_prompts(seed=3, count=5, max_len=12, vocab_size=512)
+
+
+def model_config(tp: int = 1, pp: int = 1, **overrides: Any) -> ExecutorConfig:
+    """The model worker on ``tp`` x ``pp`` ranks, seed 0.
+
+    Started by fork unless a test says otherwise: this process has torch imported, so a
+    forked worker is ready in a tenth of a second where a forkserver child (the executor's
+    choice while pytest-timeout's thread runs) spends 2-4 s importing torch on two cores.
+    """
+    worker_kwargs = {"seed": 0, "collective_timeout_s": 30, **overrides.pop("worker_kwargs", {})}
+    overrides.setdefault("start_method", "fork")
+    return ExecutorConfig(worker=WORKER, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                          worker_kwargs=worker_kwargs, **overrides)
+
+
+def signal_later(pid: int, sig: signal.Signals, delay_s: float) -> threading.Timer:
+    """Send ``sig`` to ``pid`` after ``delay_s`` seconds, from a timer thread."""
+    timer = threading.Timer(delay_s, _send, args=(pid, sig))
+    timer.start()
+    return timer
+
+
+def _send(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)

@@ -1,0 +1,264 @@
+"""Turn journal records back into spans: offline (``read_run``) or incrementally (live export).
+
+Data flow::
+
+    journal-*.bin ──► JournalTail.poll() ──► iter_records ──► JournalDecoder.feed()
+                                                                 │
+                      RecordedSpan (ended)  ◄── pop_finished() ──┤
+                      RecordedSpan (open, truncated) ◄── open_spans()
+
+Invariants:
+
+- Records are decoded in slot order.  While the writing process is alive, a tail stops
+  at the first uncommitted slot (another thread may still fill it); once the process is
+  gone (or on the final pass) every committed slot is decoded and holes are skipped.
+- A span is finished exactly once, when its end record is decoded; spans still open
+  when a journal is read for the last time are reported with ``end_ns = None``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from telemetry import journal as j
+
+_STATUS = {j.STATUS_UNSET: "UNSET", j.STATUS_OK: "OK", j.STATUS_ERROR: "ERROR"}
+_READ_CHUNK_SLOTS = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    rank: int | None
+    role: str
+    service: str
+    incarnation: int
+    created_ns: int
+
+    @classmethod
+    def from_header(cls, h: j.JournalHeader) -> ProcessInfo:
+        return cls(h.pid, h.rank, h.role, h.service, h.incarnation, h.created_ns)
+
+
+@dataclasses.dataclass
+class RecordedEvent:
+    name: str
+    time_ns: int
+    span_id: int
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RecordedSpan:
+    name: str
+    trace_id: int
+    span_id: int
+    parent_span_id: int  # 0: a root span
+    start_ns: int
+    tid: int
+    process: ProcessInfo
+    end_ns: int | None = None
+    status: str = "UNSET"
+    status_message: str = ""
+    point: bool = False  # a zero-length span from Recorder.event()
+    thread_name: str = ""
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    events: list[RecordedEvent] = dataclasses.field(default_factory=list)
+    last_seen_ns: int = 0  # the journal's last timestamp when this span was reported
+
+    @property
+    def truncated(self) -> bool:
+        return self.end_ns is None
+
+
+class JournalDecoder:
+    """Decodes one process incarnation's records, in slot order, into spans."""
+
+    def __init__(self, process: ProcessInfo) -> None:
+        self.process = process
+        self.strings: dict[int, str] = {}
+        self._string_parts: dict[int, list[bytes]] = {}
+        self.threads: dict[int, str] = {}
+        self._open: dict[int, RecordedSpan] = {}
+        self._events: dict[int, RecordedEvent] = {}  # event seq -> event, for its attributes
+        self._finished: list[RecordedSpan] = []
+        self.last_time_ns = process.created_ns
+
+    def feed(self, raw: bytes) -> None:
+        kind = raw[0]
+        if kind == j.SPAN_START:
+            self._on_start(raw)
+        elif kind == j.SPAN_END:
+            self._on_end(raw)
+        elif kind == j.ATTRIBUTE:
+            self._on_attribute(raw)
+        elif kind == j.EVENT:
+            self._on_event(raw)
+        elif kind == j.STRING:
+            self._on_string(raw)
+        elif kind == j.THREAD:
+            _, _, name_id, tid = j.THREAD_S.unpack_from(raw, 1)
+            self.threads[tid] = self.string(name_id)
+
+    def string(self, sid: int) -> str:
+        return self.strings.get(sid, f"<string {sid}>") if sid else ""
+
+    def _on_start(self, raw: bytes) -> None:
+        _, _, name_id, hi, lo, span_id, parent, start, tid = j.SPAN_START_S.unpack_from(raw, 1)
+        self.last_time_ns = max(self.last_time_ns, start)
+        self._open[span_id] = RecordedSpan(
+            name=self.string(name_id), trace_id=(hi << 64) | lo, span_id=span_id,
+            parent_span_id=parent, start_ns=start, tid=tid, process=self.process,
+            thread_name=self.threads.get(tid, ""),
+        )
+
+    def _on_end(self, raw: bytes) -> None:
+        status, flags, message_id, span_id, end = j.SPAN_END_S.unpack_from(raw, 1)
+        self.last_time_ns = max(self.last_time_ns, end)
+        span = self._open.pop(span_id, None)
+        if span is None:
+            return  # its start was torn by a kill; nothing to attach the end to
+        span.end_ns, span.status = end, _STATUS.get(status, "UNSET")
+        span.status_message = self.string(message_id)
+        span.point = bool(flags & j.FLAG_POINT)
+        span.last_seen_ns = self.last_time_ns
+        self._finished.append(span)
+
+    def _on_attribute(self, raw: bytes) -> None:
+        vtype = raw[1]
+        packer = j.ATTR_FLOAT_S if vtype == j.VT_FLOAT else j.ATTR_INT_S
+        _, owner_kind, key_id, owner, value = packer.unpack_from(raw, 1)
+        decoded = self._decode_value(vtype, value)
+        if owner_kind == j.OWNER_EVENT:
+            event = self._events.get(owner)
+            if event is not None:
+                event.attributes[self.string(key_id)] = decoded
+            return
+        span = self._open.get(owner)
+        if span is not None:
+            span.attributes[self.string(key_id)] = decoded
+
+    def _decode_value(self, vtype: int, value: Any) -> Any:
+        if vtype == j.VT_STR:
+            return self.string(value)
+        if vtype == j.VT_BOOL:
+            return bool(value)
+        if vtype == j.VT_JSON:
+            return json.loads(self.string(value) or "null")
+        return value
+
+    def _on_event(self, raw: bytes) -> None:
+        _, _, name_id, span_id, time_ns, seq = j.EVENT_S.unpack_from(raw, 1)
+        self.last_time_ns = max(self.last_time_ns, time_ns)
+        event = RecordedEvent(self.string(name_id), time_ns, span_id)
+        self._events[seq] = event
+        span = self._open.get(span_id)
+        if span is not None:
+            span.events.append(event)
+
+    def _on_string(self, raw: bytes) -> None:
+        _, part, sid, total, chunk = j.STRING_S.unpack_from(raw, 1)
+        parts = self._string_parts.setdefault(sid, [])
+        if part != len(parts):
+            return  # a torn string; uses of it will show "<string N>"
+        parts.append(chunk)
+        if len(parts) * j.STRING_CHUNK >= total:
+            data = b"".join(parts)[:total]
+            self.strings[sid] = data.decode("utf-8", "replace")
+            del self._string_parts[sid]
+
+    def pop_finished(self) -> list[RecordedSpan]:
+        finished, self._finished = self._finished, []
+        return finished
+
+    def open_spans(self) -> list[RecordedSpan]:
+        """Spans started and not (yet) ended, marked with the journal's last timestamp."""
+        for span in self._open.values():
+            span.last_seen_ns = self.last_time_ns
+        return list(self._open.values())
+
+
+class JournalTail:
+    """Reads one journal's new records on each ``poll``; the live exporter keeps one per file."""
+
+    def __init__(self, journal: j.JournalFile) -> None:
+        self.journal = journal
+        self.decoder = JournalDecoder(ProcessInfo.from_header(journal.header))
+        self.next_slot = 0  # first slot not decoded yet
+        self.done = False
+
+    def poll(self, final: bool = False) -> None:
+        """Decode new records; with ``final`` (or a dead writer) read past holes to the end."""
+        if self.done:
+            return
+        final = final or not _alive(self.journal.header.pid)
+        while True:
+            seg = self.next_slot >> j.SEGMENT_BITS
+            path = j.segment_path(self.journal.segments[0].parent, self.journal.header, seg)
+            if not path.exists():
+                break
+            if not self._read_segment(path, seg, final):
+                break
+            self.next_slot = (seg + 1) << j.SEGMENT_BITS
+        self.done = final
+
+    def _read_segment(self, path: Path, seg: int, final: bool) -> bool:
+        """Decode from ``next_slot`` within one segment; True when the segment is done."""
+        first = self.next_slot & j.SLOT_MASK
+        with open(path, "rb") as f:
+            while first < j.SLOTS_PER_SEGMENT:
+                room = j.SLOTS_PER_SEGMENT - first
+                want = room if final else min(room, _READ_CHUNK_SLOTS)
+                data = os.pread(f.fileno(), want * j.RECORD_SIZE, j.HEADER_SIZE + first * 64)
+                got = len(data) // j.RECORD_SIZE  # a closed journal is trimmed: may be short
+                kinds = np.frombuffer(data, np.uint8, count=got * j.RECORD_SIZE)[:: j.RECORD_SIZE]
+                taken = self._decode_chunk(data, kinds, final)
+                first += taken
+                self.next_slot = (seg << j.SEGMENT_BITS) + first
+                if got < want:
+                    return final  # the file ends here
+                if taken < got:
+                    return False  # stopped at a slot another thread has not committed yet
+        return True
+
+    def _decode_chunk(self, data: bytes, kinds: np.ndarray, final: bool) -> int:
+        """Decode committed records of a chunk; return how many slots were consumed."""
+        if final:
+            slots: Iterable[int] = np.flatnonzero(kinds).tolist()
+            count = len(kinds)
+        else:
+            zeros = np.flatnonzero(kinds == 0)
+            count = int(zeros[0]) if len(zeros) else len(kinds)
+            slots = range(count)
+        for slot in slots:
+            self.decoder.feed(data[slot * j.RECORD_SIZE : (slot + 1) * j.RECORD_SIZE])
+        return count
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_run(run_dir: str | os.PathLike[str]) -> list[RecordedSpan]:
+    """Every span of every journal in ``run_dir``: ended ones, then the open (truncated) ones."""
+    spans: list[RecordedSpan] = []
+    for tail in (JournalTail(jf) for jf in j.find_journals(Path(run_dir))):
+        tail.poll(final=True)
+        spans.extend(tail.decoder.pop_finished())
+        spans.extend(tail.decoder.open_spans())
+    return spans

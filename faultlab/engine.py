@@ -52,6 +52,9 @@ class ExecutorLike(Protocol):
     @property
     def is_failed(self) -> bool: ...
 
+    @property
+    def worker_pids(self) -> list[int]: ...
+
     def check_health(self) -> None: ...
 
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
@@ -288,20 +291,29 @@ class LLMEngine:
         return self._in_flight[0].batch.step_id if self._in_flight else self._next_step_id
 
     def _describe(self, cause: BaseException) -> str:
-        text = f"{type(cause).__name__}: {_first_line(cause)}"
-        if isinstance(cause, TimeoutError):
-            text = (f"no reply within the step timeout of {self.step_timeout}s (a rank is "
-                    f"hung or too slow) — {text}")
+        """Lead with the executor's own failure when it has one: it names the dead rank."""
+        raised = f"{type(cause).__name__}: {_first_line(cause)}"
         executor_error = self._executor_failure(cause)
-        if executor_error is not None and executor_error is not cause:
-            text += f"; the executor failed: {_first_line(executor_error)}"
-        return text
+        if executor_error is cause:
+            return raised
+        if executor_error is not None:
+            return f"{_first_line(executor_error)} (the step raised {raised})"
+        if isinstance(cause, TimeoutError):
+            return (f"no reply within the step timeout of {self.step_timeout}s (a rank is "
+                    f"hung or too slow; worker processes: {self._worker_states()}) — {raised}")
+        return raised
 
     def _executor_failure(self, cause: BaseException) -> BaseException | None:
-        """The executor's own failure, if it has one: it names the rank that died."""
+        """The executor's own failure, if it has one: it names the rank that died.
+
+        A step's error can overtake the executor's death detection (a rank's peer sees the
+        closed connection first), so wait up to ``DEATH_GRACE_S`` for it, except after a
+        timeout, where the executor is usually still alive.
+        """
         if _is_executor_failed(cause):
             return cause
-        deadline = time.monotonic() + (DEATH_GRACE_S if _is_worker_error(cause) else 0.0)
+        grace = 0.0 if isinstance(cause, TimeoutError) else DEATH_GRACE_S
+        deadline = time.monotonic() + grace
         while not self.executor.is_failed and time.monotonic() < deadline:
             time.sleep(0.01)
         if not self.executor.is_failed:
@@ -311,6 +323,19 @@ class LLMEngine:
         except Exception as exc:
             return exc
         return None
+
+    def _worker_states(self) -> str:
+        """'rank 0 (pid 12) running, rank 1 (pid 13) stopped': which rank hangs, at a glance."""
+        import psutil
+
+        states = []
+        for rank, pid in enumerate(self.executor.worker_pids):
+            try:
+                status = psutil.Process(pid).status()
+            except psutil.Error:
+                status = "gone"
+            states.append(f"rank {rank} (pid {pid}) {status}")
+        return ", ".join(states)
 
     def _raise_if_failed(self) -> None:
         if self.failure is not None:
@@ -332,12 +357,6 @@ def _is_executor_failed(exc: BaseException) -> bool:
     from executor.errors import ExecutorFailedError
 
     return isinstance(exc, ExecutorFailedError)
-
-
-def _is_worker_error(exc: BaseException) -> bool:
-    from executor.errors import WorkerError
-
-    return isinstance(exc, WorkerError)
 
 
 Engine = LLMEngine

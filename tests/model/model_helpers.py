@@ -10,7 +10,9 @@ from typing import Any
 
 import torch  # noqa: F401  (imported before any fork: see model_config)
 
-from executor import ExecutorConfig
+from executor import ExecutorConfig, WorkerContext
+from executor.model.transformer import StageModel
+from executor.model.worker import ModelWorker
 from faultlab.demo import make_prompts
 
 WORKER = "executor.model.worker:ModelWorker"
@@ -26,7 +28,8 @@ def model_config(tp: int = 1, pp: int = 1, **overrides: Any) -> ExecutorConfig:
     """
     worker_kwargs = {"seed": 0, "collective_timeout_s": 30, **overrides.pop("worker_kwargs", {})}
     overrides.setdefault("start_method", "fork")
-    return ExecutorConfig(worker=WORKER, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+    overrides.setdefault("worker", WORKER)
+    return ExecutorConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
                           worker_kwargs=worker_kwargs, **overrides)
 
 
@@ -40,3 +43,26 @@ def signal_later(pid: int, sig: signal.Signals, delay_s: float) -> threading.Tim
 def _send(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+
+
+class FailingModelWorker(ModelWorker):
+    """The model worker, failing to load on ``worker_kwargs["fail_rank"]``.
+
+    ``fail_when="before_init"`` fails before joining the process group (its peers wait at
+    the rendezvous); ``"while_loading"`` fails after it (its peers are already READY).
+    """
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        if self._should_fail(ctx, "before_init"):
+            raise RuntimeError(f"rank {ctx.rank}: model files missing on this host")
+        super().__init__(ctx)
+
+    def _load_model(self) -> StageModel:
+        if self._should_fail(self.ctx, "while_loading"):
+            raise RuntimeError(f"rank {self.ctx.rank}: weights file is corrupt")
+        return super()._load_model()
+
+    @staticmethod
+    def _should_fail(ctx: WorkerContext, when: str) -> bool:
+        kwargs = ctx.worker_kwargs
+        return ctx.rank == kwargs.get("fail_rank") and kwargs.get("fail_when") == when

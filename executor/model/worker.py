@@ -14,8 +14,10 @@ a start-up failure with this worker's traceback.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import time
 
 import torch
@@ -45,6 +47,8 @@ def _configure_torch(threads: int) -> None:
     the CPU already, and the call imports torch._inductor, which costs 2-4 s per worker.
     """
     torch.set_num_threads(threads)
+    # A rank that hangs in a collective is opaque from outside; SIGUSR1 prints its stacks.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     log.info("model worker: %d torch intra-op thread(s) (worker_kwargs torch_threads; "
              "OMP_NUM_THREADS=%s)", threads, os.environ.get("OMP_NUM_THREADS"))
 

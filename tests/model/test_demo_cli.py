@@ -1,0 +1,78 @@
+"""``faultlab demo`` as a user runs it: a subprocess, one JSON object on stdout, progress on
+stderr, the same tokens on every layout, and no worker left behind afterwards."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import psutil
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# An unusual seed marks this test's processes, to find any orphaned worker afterwards
+# (an orphan is re-parented to init, so it is no longer our child).
+SEED = 424243
+
+
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "faultlab.cli", "demo", "--seed", str(SEED), *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=90)
+
+
+def _json_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    report = json.loads(lines[0])
+    assert isinstance(report, dict)
+    return report
+
+
+def _orphans() -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "demo" in cmdline and str(SEED) in cmdline:
+            found.append(proc.info["pid"])
+    return found
+
+
+@pytest.fixture
+def no_orphans() -> Any:
+    yield
+    assert not _orphans(), "demo workers outlived the demo"
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_demo_json_is_one_object_with_the_same_tokens_on_tp1_and_tp2() -> None:
+    args = ("--json", "--requests", "3", "--max-tokens", "6")
+    reports = {}
+    for tp in ("1", "2"):
+        done = _demo(*args, "--tp", tp)
+        assert done.returncode == 0, done.stderr
+        assert "[demo]" in done.stderr  # progress goes to stderr, never stdout
+        reports[tp] = _json_report(done)
+    assert set(reports["1"]["outputs"]) == {"req-0", "req-1", "req-2"}
+    assert all(len(tokens) == 6 for tokens in reports["1"]["outputs"].values())
+    assert reports["1"]["tokens_per_s"] > 0
+    assert reports["2"]["outputs"] == reports["1"]["outputs"]
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_demo_text_output_names_requests_and_throughput() -> None:
+    done = _demo("--requests", "2", "--max-tokens", "3", "--pp", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("req-0 (prompt ")
+    assert "tokens/s" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_demo_failure_is_one_json_object_and_a_nonzero_exit() -> None:
+    done = _demo("--json", "--tp", "3")  # 4 heads do not split 3 ways
+    assert done.returncode == 1
+    report = _json_report(done)
+    assert "tensor_parallel_size=3 must divide num_heads=4" in report["error"]
+    assert report["outputs"] == {}

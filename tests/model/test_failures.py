@@ -70,7 +70,7 @@ def test_stopped_rank_is_caught_by_the_step_timeout() -> None:
         timer = signal_later(pid, signal.SIGSTOP, FAULT_AFTER_S)
         try:
             started = time.monotonic()
-            with pytest.raises(EngineFailedError, match="step timeout of 1.0s") as failure:
+            with pytest.raises(EngineFailedError, match=r"step timeout of 1\.0s") as failure:
                 engine.run()
             assert time.monotonic() - started < FAULT_AFTER_S + step_timeout + 2.0
         finally:

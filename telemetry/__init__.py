@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from telemetry.recorder import Recorder, configure_process, get_recorder, shutdown
+from telemetry.recorder import (
+    Recorder,
+    configure_process,
+    get_recorder,
+    shutdown,
+    tracing_env,
+)
 from telemetry.span import NonRecordingSpan, Span, SpanContext
 
 if TYPE_CHECKING:
@@ -48,4 +54,5 @@ __all__ = [
     "load_events",
     "load_run",
     "shutdown",
+    "tracing_env",
 ]

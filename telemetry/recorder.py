@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ _pack_attr_int = j.ATTR_INT_S.pack_into
 _pack_attr_float = j.ATTR_FLOAT_S.pack_into
 _time_ns = time.time_ns
 _get_ident = _thread.get_ident
+_TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
 _MAX_INTERNED = 50_000
 
 
@@ -373,13 +375,31 @@ def _create(role: str | None, rank: int | None) -> Recorder:
         return rec
 
 
-def configure_process(role: str = "driver", rank: int | None = None) -> None:
+def configure_process(
+    role: str = "driver", rank: int | None = None, env: Mapping[str, str] | None = None,
+) -> None:
     """Name this process (``driver``/``worker``/``chaos``) and open its own journal.
 
     Re-reads the environment, so calling it again after changing ``FAULTLAB_TRACE_DIR``
-    starts a new journal there.
+    starts a new journal there.  ``env``, when given, is the parent's ``tracing_env()``;
+    it replaces this process's tracing variables first.  Pass it to forkserver children:
+    they inherit the environment of the fork server, not of the parent that asked for them.
     """
+    if env is not None:
+        _apply_tracing_env(env)
     _create(role, rank)
+
+
+def tracing_env() -> dict[str, str]:
+    """This process's tracing variables (``OTEL_*``, ``FAULTLAB_TRACE_*``), for a child."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_TRACING_PREFIXES)}
+
+
+def _apply_tracing_env(env: Mapping[str, str]) -> None:
+    for name in [k for k in os.environ if k.startswith(_TRACING_PREFIXES)]:
+        if name not in env:
+            del os.environ[name]
+    os.environ.update({k: v for k, v in env.items() if k.startswith(_TRACING_PREFIXES)})
 
 
 def shutdown() -> None:

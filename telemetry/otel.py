@@ -1,0 +1,134 @@
+"""Recorded spans as real OpenTelemetry SDK spans, and the SDK exporters that ship them.
+
+Data flow::
+
+    RecordedSpan ──► to_readable_span() ──► opentelemetry.sdk.trace.ReadableSpan
+                                                   │
+    make_exporter(protocol, endpoint) ──► OTLPSpanExporter (http/protobuf | grpc) / Console
+                                                   │
+    export_spans(exporter, spans) ─────────────────┘  in batches
+
+Invariants:
+
+- Ids, parents, times, attributes, events and status are exactly the recorded ones; a
+  span its process never ended is exported ending at the journal's last timestamp with
+  ``faultlab.truncated = true`` and status ERROR, so it stands out in Jaeger.
+- One ``Resource`` per process incarnation: ``service.name``, ``process.pid``,
+  ``faultlab.role``, ``faultlab.rank``, plus ``OTEL_RESOURCE_ATTRIBUTES``.
+- A span attribute ``span.kind`` (client/server/producer/consumer/internal) becomes the
+  span's kind and is not exported as an attribute.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind, Status, StatusCode, TraceFlags
+
+from telemetry.assemble import ProcessInfo, RecordedSpan
+
+SCOPE = InstrumentationScope("faultlab.telemetry", "0.1.0")
+BATCH_SIZE = 512
+TRUNCATED_MESSAGE = "truncated: the process ended before this span ended"
+_KINDS = {
+    "client": SpanKind.CLIENT, "server": SpanKind.SERVER, "producer": SpanKind.PRODUCER,
+    "consumer": SpanKind.CONSUMER, "internal": SpanKind.INTERNAL,
+}
+_STATUS = {"OK": StatusCode.OK, "ERROR": StatusCode.ERROR, "UNSET": StatusCode.UNSET}
+_HOST = socket.gethostname()
+
+
+def resource_for(process: ProcessInfo) -> Resource:
+    attributes: dict[str, str | int] = {
+        "service.name": process.service,
+        "process.pid": process.pid,
+        "host.name": _HOST,
+        "faultlab.role": process.role,
+        "faultlab.incarnation": f"{process.incarnation:016x}",
+    }
+    if process.rank is not None:
+        attributes["faultlab.rank"] = process.rank
+    return Resource.create(attributes)
+
+
+def to_readable_span(span: RecordedSpan, resource: Resource) -> ReadableSpan:
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    context = trace_api.SpanContext(span.trace_id, span.span_id, False, flags)
+    parent = None
+    if span.parent_span_id:
+        parent = trace_api.SpanContext(span.trace_id, span.parent_span_id, True, flags)
+    attributes = dict(span.attributes)
+    kind = _KINDS.get(str(attributes.pop("span.kind", "internal")).lower(), SpanKind.INTERNAL)
+    if span.truncated:
+        attributes["faultlab.truncated"] = True
+        status = Status(StatusCode.ERROR, TRUNCATED_MESSAGE)
+        end_ns = max(span.last_seen_ns, span.start_ns)
+    else:
+        code = _STATUS.get(span.status, StatusCode.UNSET)
+        status = Status(code, span.status_message or None if code == StatusCode.ERROR else None)
+        end_ns = span.end_ns or span.start_ns
+    events = [Event(e.name, dict(e.attributes), e.time_ns) for e in span.events]
+    return ReadableSpan(
+        name=span.name, context=context, parent=parent, resource=resource,
+        attributes=attributes, events=events, kind=kind, status=status,
+        start_time=span.start_ns, end_time=end_ns, instrumentation_scope=SCOPE,
+    )
+
+
+def to_readable_spans(spans: Iterable[RecordedSpan]) -> list[ReadableSpan]:
+    resources: dict[ProcessInfo, Resource] = {}
+    out = []
+    for span in spans:
+        resource = resources.get(span.process)
+        if resource is None:
+            resource = resources[span.process] = resource_for(span.process)
+        out.append(to_readable_span(span, resource))
+    return out
+
+
+def traces_endpoint(endpoint: str, protocol: str) -> str:
+    """The URL an exporter should use for ``--endpoint``: http needs the ``/v1/traces`` path."""
+    if protocol == "grpc":
+        return endpoint
+    path = urlsplit(endpoint).path
+    return endpoint if path.rstrip("/").endswith("/v1/traces") \
+        else endpoint.rstrip("/") + "/v1/traces"
+
+
+def make_exporter(
+    exporter: str = "otlp", protocol: str = "http/protobuf", endpoint: str | None = None,
+) -> SpanExporter:
+    """An SDK span exporter; without ``endpoint`` the exporters read the OTLP variables."""
+    if exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        if endpoint is None:
+            return GrpcExporter()
+        return GrpcExporter(endpoint=endpoint, insecure=urlsplit(endpoint).scheme != "https")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return HttpExporter(endpoint=None if endpoint is None else traces_endpoint(endpoint, protocol))
+
+
+def export_spans(exporter: SpanExporter, spans: Sequence[ReadableSpan]) -> bool:
+    """Export in batches; True when every batch was accepted."""
+    ok = True
+    for start in range(0, len(spans), BATCH_SIZE):
+        result = exporter.export(spans[start : start + BATCH_SIZE])
+        ok = ok and result == SpanExportResult.SUCCESS
+    return ok

@@ -208,8 +208,9 @@ class LLMEngine:
         batch = self._make_batch(requests)
         for request in requests:
             request.in_flight = True
-        reply = self._call(batch, non_block=self.slots > 1)
-        self._in_flight.append(_InFlight(batch, reply, time.perf_counter()))
+        submitted_at = time.perf_counter()
+        reply = self._call(batch, non_block=self.slots > 1)  # blocks when there is one slot
+        self._in_flight.append(_InFlight(batch, reply, submitted_at))
         return True
 
     def _schedule(self) -> list[Request]:

@@ -1,0 +1,226 @@
+"""Fault kinds: small frozen dataclasses that say what to break, where, and when.
+
+    Fault(rank, trigger, phase) ──FaultPlan.resolve(seed)──► ResolvedFault (concrete times, call numbers)
+                                                              │
+          phase "signal": the chaos side sends a signal ◄─────┤  (no code in the worker)
+          phase "<worker point>": a failpoint in the worker ◄─┘  (executor.failpoints)
+
+A trigger is exactly one of ``at`` (seconds after the workload starts; a number or a
+``[low, high]`` range drawn from the seed), ``on_call=(method, k)`` (the k-th call of
+``method``, "*" for any), or ``probability`` (each call of ``calls_of`` independently,
+drawn from the seed).  Every call is broadcast, so "on a rank" means the fault hits
+``rank`` while it serves that call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+SIGNAL = "signal"
+WORKER_PHASES = (
+    "after_dequeue", "before_unpickle", "before_execute", "after_execute",
+    "before_pickle_reply", "before_reply", "after_reply",
+)
+CORRUPT_MODES = ("flip_payload", "truncate", "clobber_seq", "clobber_flags",
+                 "overwrite_unread", "drop")
+QUEUES = ("rpc", "reply")
+
+
+class PlanError(ValueError):
+    """A fault or plan is malformed; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Base of every fault kind: which rank, and one trigger."""
+
+    kind: ClassVar[str] = "fault"
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL,)
+
+    rank: int = 0
+    at: float | tuple[float, float] | None = None
+    on_call: tuple[str, int] | None = None
+    probability: float | None = None
+    calls_of: str = "*"  # the method whose calls ``probability`` draws over
+    phase: str = SIGNAL
+
+    def __post_init__(self) -> None:
+        if isinstance(self.on_call, list):
+            object.__setattr__(self, "on_call", tuple(self.on_call))
+        if isinstance(self.at, list):
+            object.__setattr__(self, "at", tuple(self.at))
+        self._check_trigger()
+        if self.phase not in self.phases:
+            raise PlanError(f"{self.kind}: phase must be one of {self.phases}, got {self.phase!r}")
+        if not isinstance(self.rank, int) or self.rank < 0:
+            raise PlanError(f"{self.kind}: rank must be a non-negative integer, got {self.rank!r}")
+
+    def _check_trigger(self) -> None:
+        given = [n for n in ("at", "on_call", "probability") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise PlanError(f"{self.kind}: give one trigger, not {given}")
+        if not given:
+            object.__setattr__(self, "at", 0.0)
+        _check_at(self.kind, self.at)
+        if self.on_call is not None:
+            call = self.on_call
+            if not (len(call) == 2 and isinstance(call[0], str) and isinstance(call[1], int)
+                    and not isinstance(call[1], bool) and call[1] >= 1):
+                raise PlanError(f"{self.kind}: on_call must be (method, k >= 1), got {self.on_call!r}")
+        if self.probability is not None and not 0.0 <= self.probability <= 1.0:
+            raise PlanError(f"{self.kind}: probability must be in [0, 1], got {self.probability!r}")
+
+    @property
+    def external(self) -> bool:
+        """Injected by the chaos side (signals, helper processes), not inside a worker."""
+        return self.phase == SIGNAL
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"kind": self.kind}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value != field.default:
+                data[field.name] = list(value) if isinstance(value, tuple) else value
+        return data
+
+
+def _check_at(kind: str, at: Any) -> None:
+    if at is None:
+        return
+    values = at if isinstance(at, tuple) else (at,)
+    if len(values) not in (1, 2) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise PlanError(f"{kind}: at must be seconds >= 0 or a [low, high] range, got {at!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KillWorker(Fault):
+    """SIGKILL a worker: from outside, or by itself at a protocol phase."""
+
+    kind: ClassVar[str] = "kill_worker"
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TermWorker(Fault):
+    """SIGTERM a worker: it raises SystemExit once and exits with 143."""
+
+    kind: ClassVar[str] = "term_worker"
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HangWorker(Fault):
+    """SIGSTOP a worker (phase "signal"), or block inside it at a phase; for ``duration`` s
+    (then SIGCONT / unblock), or until the executor ends it when ``duration`` is None."""
+
+    kind: ClassVar[str] = "hang_worker"
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
+    duration: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResumeWorker(Fault):
+    """SIGCONT a worker (undoes a SIGSTOP hang)."""
+
+    kind: ClassVar[str] = "resume_worker"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlowWorker(Fault):
+    """Delay a worker by ``delay`` seconds at a phase, on each triggering call."""
+
+    kind: ClassVar[str] = "slow_worker"
+    phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
+    phase: str = "before_execute"
+    delay: float = 0.1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RaiseInWorker(Fault):
+    """Make a worker raise at a phase (inside the method's try: a WorkerError reply)."""
+
+    kind: ClassVar[str] = "raise_in_worker"
+    phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
+    phase: str = "before_execute"
+    message: str = "chaos: injected error"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CorruptQueue(Fault):
+    """Damage a chunk just before it becomes visible.
+
+    ``queue="rpc"`` damages the driver's request ring (seen by every worker);
+    ``queue="reply"`` damages rank ``rank``'s reply ring (seen by the driver).
+    Modes: flip_payload / truncate (a checksum catches it: that message fails, the queue
+    recovers), clobber_seq / clobber_flags / overwrite_unread (metadata damage: fatal),
+    drop (a consistent ABORT: the message silently vanishes; the call hits its deadline).
+    """
+
+    kind: ClassVar[str] = "corrupt_queue"
+    phases: ClassVar[tuple[str, ...]] = ("before_publish",)
+    phase: str = "before_publish"
+    queue: str = "rpc"
+    mode: str = "flip_payload"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.queue not in QUEUES:
+            raise PlanError(f"{self.kind}: queue must be one of {QUEUES}, got {self.queue!r}")
+        if self.mode not in CORRUPT_MODES:
+            raise PlanError(f"{self.kind}: mode must be one of {CORRUPT_MODES}, got {self.mode!r}")
+
+    @property
+    def external(self) -> bool:
+        return False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KillDriver(Fault):
+    """SIGKILL the driver (run in a subprocess); every worker must see it and exit."""
+
+    kind: ClassVar[str] = "kill_driver"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StarveCPU(Fault):
+    """Run ``processes`` busy loops for ``duration`` seconds (bounded)."""
+
+    kind: ClassVar[str] = "starve_cpu"
+    duration: float = 1.0
+    processes: int = 2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StarveMemory(Fault):
+    """Hold ``megabytes`` of touched memory in a helper process for ``duration`` seconds."""
+
+    kind: ClassVar[str] = "starve_memory"
+    duration: float = 1.0
+    megabytes: int = 256
+
+
+KINDS: dict[str, type[Fault]] = {
+    cls.kind: cls for cls in (KillWorker, TermWorker, HangWorker, ResumeWorker, SlowWorker,
+                              RaiseInWorker, CorruptQueue, KillDriver, StarveCPU, StarveMemory)
+}
+
+
+def fault_from_dict(data: dict[str, Any], where: str = "fault") -> Fault:
+    """Build a fault from its TOML/JSON form; errors name ``where`` and the bad key."""
+    data = dict(data)
+    kind = data.pop("kind", None)
+    if kind not in KINDS:
+        raise PlanError(f"{where}.kind: must be one of {sorted(KINDS)}, got {kind!r}")
+    cls = KINDS[kind]
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PlanError(f"{where}.{unknown[0]}: unknown key for {kind}; known: {sorted(known)}")
+    try:
+        return cls(**data)
+    except PlanError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise PlanError(f"{where}: {exc}") from None

@@ -1,0 +1,157 @@
+"""External faults: signals and helper processes, sent from the chaos side on a schedule.
+
+    Injector.start() ── timer thread ── at t0 + at_s ──► external fault: signal / helper now
+                                                     └─► internal fault: arm-<i>-any (a worker fires it)
+    CallCounter (driver failpoint) ── k-th call enqueued ──► Injector.fire(r, info)
+
+Nothing here runs inside a worker: a worker is hit only by ``os.kill``.  Every fault is
+logged (``ControlDir.log_fault``) before it acts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from chaos.control import ControlDir
+from chaos.plan import ResolvedFault
+
+_SIGNALS = {"kill_worker": signal.SIGKILL, "term_worker": signal.SIGTERM,
+            "hang_worker": signal.SIGSTOP, "resume_worker": signal.SIGCONT}
+_BUSY = "import time\nend = time.monotonic() + {d}\nwhile time.monotonic() < end: pass\n"
+_HOG = ("import time\nb = bytearray({n})\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+        "print('held', flush=True)\ntime.sleep({d})\n")
+
+
+class Injector:
+    def __init__(self, ctl: ControlDir, resolved: list[ResolvedFault],
+                 kill_driver: Callable[[], None] | None = None) -> None:
+        self.ctl = ctl
+        self.resolved = resolved
+        self.pids: list[int] = []
+        self.kill_driver = kill_driver
+        self.t0 = 0.0  # monotonic time the workload started
+        self.helpers: list[subprocess.Popen[bytes]] = []
+        self.stopped: set[int] = set()  # pids we SIGSTOPped and did not resume
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-injector", daemon=True)
+
+    # ------------------------------------------------------------ schedule
+
+    def start(self, pids: list[int]) -> None:
+        self.pids = list(pids)
+        self.t0 = time.monotonic()
+        for r in self.resolved:
+            if r.at_s is not None:
+                self._schedule(r.at_s, lambda r=r: self._due(r))
+        self._thread.start()
+
+    def _schedule(self, after_s: float, action: Callable[[], None]) -> None:
+        with self._lock:
+            heapq.heappush(self._heap, (time.monotonic() + after_s, next(self._seq), action))
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            with self._lock:
+                due = self._heap[0][0] if self._heap else None
+                if due is not None and due <= time.monotonic():
+                    _, _, action = heapq.heappop(self._heap)
+                else:
+                    action = None
+            if action is not None:
+                action()
+                continue
+            self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
+            self._wake.clear()
+
+    def _due(self, r: ResolvedFault) -> None:
+        info = {"at_s": r.at_s, "elapsed_s": round(time.monotonic() - self.t0, 4)}
+        if r.fault.external:
+            self.fire(r, info)
+        else:
+            self.ctl.arm(r.index, None, info)
+
+    # ------------------------------------------------------------ actions
+
+    def fire(self, r: ResolvedFault, info: dict[str, Any]) -> None:
+        """Run external fault ``r`` now."""
+        f = r.fault
+        pid = self._target(r)
+        self.ctl.log_fault({"index": r.index, "kind": f.kind, "rank": f.rank, "pid": pid,
+                            "phase": f.phase, "call": info.get("call"),
+                            "method": info.get("method"), "msg_id": info.get("msg_id"),
+                            "by": "chaos"})
+        try:
+            self._act(r, pid)
+        except ProcessLookupError:
+            pass  # the target is already gone: the fault lands on nothing
+
+    def _target(self, r: ResolvedFault) -> int | None:
+        if r.fault.kind in _SIGNALS:
+            return self.pids[r.fault.rank] if r.fault.rank < len(self.pids) else None
+        return os.getpid() if r.fault.kind == "kill_driver" else None
+
+    def _act(self, r: ResolvedFault, pid: int | None) -> None:
+        f = r.fault
+        if f.kind in _SIGNALS and pid is not None:
+            self._signal(pid, _SIGNALS[f.kind], getattr(f, "duration", None))
+        elif f.kind == "kill_driver" and self.kill_driver is not None:
+            self.kill_driver()
+        elif f.kind == "starve_cpu":
+            self._helpers([_BUSY.format(d=f.duration)] * f.processes, f.duration)
+        elif f.kind == "starve_memory":
+            self._helpers([_HOG.format(n=f.megabytes << 20, d=f.duration)], f.duration)
+
+    def _signal(self, pid: int, sig: int, duration: float | None) -> None:
+        os.kill(pid, sig)
+        if sig == signal.SIGSTOP:
+            self.stopped.add(pid)
+            if duration is not None:
+                self._schedule(duration, lambda: self._resume(pid))
+        elif sig == signal.SIGCONT:
+            self.stopped.discard(pid)
+
+    def _resume(self, pid: int) -> None:
+        self.stopped.discard(pid)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    def _helpers(self, scripts: list[str], duration: float) -> None:
+        procs = [subprocess.Popen([sys.executable, "-c", s], stdout=subprocess.DEVNULL)
+                 for s in scripts]
+        self.helpers += procs
+        self._schedule(duration + 0.5, lambda: _end(procs))
+
+    # ------------------------------------------------------------ end
+
+    def stop(self) -> None:
+        """Cancel what is still scheduled, resume stopped workers, end every helper."""
+        self._done.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+        for pid in list(self.stopped):
+            self._resume(pid)
+        _end(self.helpers)
+
+
+def _end(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

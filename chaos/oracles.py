@@ -1,0 +1,222 @@
+"""Invariant oracles: small functions over a recorded run, each returning its violations.
+
+    RunRecord (calls, fault timeline, callbacks, shutdown time, leaks)
+        ├─ results_correct      right result, or a documented error; every future resolved
+        ├─ deadlines_met        no call outlives its deadline plus slack
+        ├─ failure_detected     a fatal fault is detected within its bound
+        ├─ callback_once        the failure callback ran at most once
+        ├─ futures_in_order     calls resolve in submission order
+        ├─ nothing_leaked       no process, segment, descriptor or thread left
+        ├─ shutdown_bounded     shutdown() returned within its bound
+        ├─ never_hung           the workload finished
+        └─ outcome_matches      what happened is what the outcome table says
+
+A timed-out or killed call "may or may not have happened": it is never wrong to raise a
+documented error, only to return a wrong value, an undocumented error, or too late.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from chaos.outcomes import Outcome
+from chaos.recording import UNKNOWN, CallRecord
+
+DOCUMENTED_ERRORS = frozenset({
+    "ExecutorFailedError", "WorkerError", "CorruptMessageError", "TimeoutError",
+    "QueueFullError", "ReplyUnpicklingError", "RequestPicklingError",
+})
+_RECOVERABLE = ("WorkerError", "CorruptMessageError")
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    invariant: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.invariant}] {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """Generous bounds: the machine is shared, so they catch hangs, not slowness."""
+
+    deadline_slack_s: float = 1.0
+    detect_s: float = 3.0
+    shutdown_slack_s: float = 5.0
+    exit_s: float = 5.0  # workers must be gone this long after the driver died
+    workload_s: float = 60.0
+
+
+@dataclasses.dataclass
+class RunRecord:
+    calls: list[CallRecord]
+    faults: list[dict[str, Any]]
+    fatal_fault_kinds: tuple[str, ...] = ()  # fault records that must be detected
+    callback_times_ns: list[int] = dataclasses.field(default_factory=list)
+    failed_at_ns: int | None = None  # when the executor was first seen failed
+    shutdown_s: float | None = None
+    shutdown_bound_s: float = 10.0
+    leaks: list[str] = dataclasses.field(default_factory=list)
+    hung: bool = False
+    expected: Outcome | None = None
+    bounds: Bounds = dataclasses.field(default_factory=Bounds)
+
+    def fatal_faults(self) -> list[dict[str, Any]]:
+        return [f for f in self.faults if f.get("fatal")]
+
+
+Oracle = Callable[[RunRecord], list[Violation]]
+
+
+def results_correct(run: RunRecord) -> list[Violation]:
+    out = []
+    for c in run.calls:
+        where = f"call {c.index} {c.method}{_args(c)}"
+        if c.outcome == "pending" and c.non_block:
+            out.append(Violation("results", f"{where}: its future never resolved"))
+        elif c.outcome == "error" and c.error_type not in DOCUMENTED_ERRORS:
+            out.append(Violation("results", f"{where} raised undocumented {c.error_type}: {c.error}"))
+        elif c.outcome == "ok" and c.method == "fail":
+            out.append(Violation("results", f"{where} returned {c.value!r} instead of raising"))
+        elif c.outcome == "ok" and c.expected is not UNKNOWN and c.value != c.expected:
+            out.append(Violation("results", f"{where} returned {_short(c.value)}, "
+                                            f"expected {_short(c.expected)}"))
+    return out
+
+
+def deadlines_met(run: RunRecord) -> list[Violation]:
+    out = []
+    slack = run.bounds.deadline_slack_s
+    for c in run.calls:
+        if c.deadline is None or c.end is None or (c.non_block and c.waited_at is None):
+            continue
+        bound = max(c.deadline, c.waited_at or c.start) + slack
+        if c.end > bound:
+            out.append(Violation("deadline", (
+                f"call {c.index} {c.method}{_args(c)} with timeout {c.timeout:g} s ended after "
+                f"{c.end - c.start:.3f} s (outcome {c.outcome} {c.error_type}), beyond its "
+                f"deadline plus {slack:g} s")))
+    return out
+
+
+def failure_detected(run: RunRecord) -> list[Violation]:
+    fatal = run.fatal_faults()
+    if not fatal:
+        return []
+    fault_ns = fatal[0]["time_ns"]
+    detected = _detection_ns(run, fault_ns)
+    what = f"{fatal[0]['kind']} of rank {fatal[0]['rank']} (pid {fatal[0].get('pid')})"
+    if detected is None:
+        return [Violation("detection", f"{what} was never detected: no failure callback, "
+                                       "no ExecutorFailedError, executor not failed")]
+    latency = (detected - fault_ns) / 1e9
+    if latency > run.bounds.detect_s:
+        return [Violation("detection", f"{what} was detected after {latency:.3f} s, "
+                                       f"beyond the {run.bounds.detect_s:g} s bound")]
+    return []
+
+
+def _detection_ns(run: RunRecord, since_ns: int) -> int | None:
+    times = [t for t in run.callback_times_ns if t >= since_ns]
+    times += [c.end_ns for c in run.calls
+              if c.error_type == "ExecutorFailedError" and c.end_ns and c.end_ns >= since_ns]
+    if run.failed_at_ns is not None:
+        times.append(run.failed_at_ns)
+    return min(times) if times else None
+
+
+def detection_latency_s(run: RunRecord) -> float | None:
+    fatal = run.fatal_faults()
+    if not fatal:
+        return None
+    detected = _detection_ns(run, fatal[0]["time_ns"])
+    return None if detected is None else (detected - fatal[0]["time_ns"]) / 1e9
+
+
+def callback_once(run: RunRecord) -> list[Violation]:
+    n = len(run.callback_times_ns)
+    if n > 1:
+        return [Violation("callback", f"the failure callback ran {n} times, not at most once")]
+    return []
+
+
+def futures_in_order(run: RunRecord) -> list[Violation]:
+    """Calls resolve in submission order; a call that timed out may leave earlier ones behind."""
+    seen = [c for c in run.calls if c.resolved_seq is not None and c.error_type != "TimeoutError"]
+    out = []
+    for earlier, later in zip(seen, seen[1:], strict=False):
+        if later.resolved_seq < earlier.resolved_seq:  # type: ignore[operator]
+            out.append(Violation("order", (
+                f"call {later.index} {later.method} resolved before call {earlier.index} "
+                f"{earlier.method}, which was submitted first")))
+    return out
+
+
+def nothing_leaked(run: RunRecord) -> list[Violation]:
+    return [Violation("leak", problem) for problem in run.leaks]
+
+
+def shutdown_bounded(run: RunRecord) -> list[Violation]:
+    if run.shutdown_s is not None and run.shutdown_s > run.shutdown_bound_s:
+        return [Violation("shutdown", f"shutdown() took {run.shutdown_s:.3f} s, beyond "
+                                      f"its {run.shutdown_bound_s:g} s bound")]
+    return []
+
+
+def never_hung(run: RunRecord) -> list[Violation]:
+    if run.hung:
+        return [Violation("hang", f"the workload did not finish within "
+                                  f"{run.bounds.workload_s:g} s; the executor was shut down")]
+    return []
+
+
+def outcome_matches(run: RunRecord) -> list[Violation]:
+    if run.expected is None or not run.faults:
+        return []
+    seen = observed_outcome(run)
+    ok = seen == run.expected or (run.expected == Outcome.DEADLINE and seen == Outcome.RECOVER
+                                  and not _hit_had_deadline(run))
+    if ok:
+        return []
+    return [Violation("outcome", f"expected {run.expected.value}, observed {seen.value} "
+                                 f"(errors: {sorted({c.error_type for c in run.calls} - {''})})")]
+
+
+def observed_outcome(run: RunRecord) -> Outcome:
+    errors = {c.error_type for c in run.calls if c.outcome == "error"}
+    failed = run.failed_at_ns is not None or bool(run.callback_times_ns) \
+        or "ExecutorFailedError" in errors
+    if failed:
+        return Outcome.FAIL_FAST
+    if "TimeoutError" in errors:
+        return Outcome.DEADLINE
+    if errors & set(_RECOVERABLE) and run.calls and run.calls[-1].outcome == "ok":
+        return Outcome.ERROR_RECOVER
+    return Outcome.RECOVER if not errors - {"WorkerError"} else Outcome.ERROR_RECOVER
+
+
+def _hit_had_deadline(run: RunRecord) -> bool:
+    return any(c.timeout is not None for c in run.calls)
+
+
+ALL_ORACLES: tuple[Oracle, ...] = (
+    results_correct, deadlines_met, failure_detected, callback_once, futures_in_order,
+    nothing_leaked, shutdown_bounded, never_hung, outcome_matches,
+)
+
+
+def check(run: RunRecord, oracles: tuple[Oracle, ...] = ALL_ORACLES) -> list[Violation]:
+    return [v for oracle in oracles for v in oracle(run)]
+
+
+def _args(c: CallRecord) -> str:
+    return "(" + ", ".join(_short(a) for a in c.args) + ")"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,221 @@
+"""Internal faults: failpoint actions that chaos switches on in the driver and the workers.
+
+    driver  driver.before_pickle ─► CallCounter: k-th call of a method? ─► arm file (+ external fault)
+            driver.after_enqueue ─► external faults armed for this call (signals, driver kill)
+            queue.before_publish ─► damage an rpc chunk (CorruptQueue queue="rpc")
+    worker  worker.<phase>       ─► kill / term / hang / slow / raise when armed for this rank
+            queue.before_publish ─► damage a reply chunk (CorruptQueue queue="reply")
+
+Workers get ``install`` through ``FAULTLAB_FAILPOINTS=chaos.points:install`` (or a
+``collective_rpc`` when the start method does not pass the environment on).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import time
+import zlib
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from chaos.control import ENV_VAR, ControlDir
+from chaos.plan import ResolvedFault
+from executor import failpoints
+
+INSTALLER = "chaos.points:install"
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+# Offsets inside a chunk's meta (see executor/shm_queue.py): written byte at 0, then
+# seq Q @8, msg_id Q @16, total Q @24, length I @32, flags I @36, data_crc I @40, meta_crc I @44.
+_SEQ, _LENGTH, _FLAGS, _META_CRC = 8, 32, 36, 44
+_FIRST, _LAST, _ABORT = 1, 2, 4
+
+
+class PointDispatcher:
+    """The action of one failpoint in one process: fires each fault armed for the message."""
+
+    def __init__(self, ctl: ControlDir, faults: list[ResolvedFault], rank: int | None) -> None:
+        self.ctl, self.faults, self.rank = ctl, faults, rank
+        self.done: set[tuple[int, int | None]] = set()
+
+    def __call__(self, **ctx: Any) -> None:
+        msg_id = ctx.get("msg_id")
+        for r in self.faults:
+            info = self._armed(r, msg_id)
+            if info is not None:
+                self.ctl.log_fault(_record(r, self.rank, os.getpid(), msg_id, info))
+                act(r, ctx)
+
+    def _armed(self, r: ResolvedFault, msg_id: int | None) -> dict[str, Any] | None:
+        key = (r.index, None if r.at_s is not None else msg_id)
+        if key in self.done or (r.at_s is None and msg_id is None):
+            return None
+        info = self.ctl.armed(r.index, key[1])
+        if info is not None:
+            self.done.add(key)
+        return info
+
+
+def _record(r: ResolvedFault, rank: int | None, pid: int, msg_id: Any, info: dict) -> dict:
+    f = r.fault
+    return {"index": r.index, "kind": f.kind, "rank": f.rank if rank is None else rank,
+            "pid": pid, "phase": f.phase, "msg_id": msg_id, "call": info.get("call"),
+            "method": info.get("method"), "by": "failpoint"}
+
+
+def act(r: ResolvedFault, ctx: dict[str, Any]) -> None:
+    """Do fault ``r`` here, in this process, at this failpoint."""
+    ACTIONS[r.fault.kind](r.fault, ctx)
+
+
+def _kill_self(fault: Any, ctx: dict[str, Any]) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(10)  # SIGKILL is delivered before this returns in practice
+
+
+def _term_self(fault: Any, ctx: dict[str, Any]) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # the worker's handler raises SystemExit here
+
+
+def _block(fault: Any, ctx: dict[str, Any]) -> None:
+    end = time.monotonic() + (fault.duration if fault.duration is not None else 1e9)
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))  # SIGTERM still raises SystemExit between sleeps
+
+
+def _slow(fault: Any, ctx: dict[str, Any]) -> None:
+    time.sleep(fault.delay)
+
+
+def _raise(fault: Any, ctx: dict[str, Any]) -> None:
+    raise RuntimeError(f"{fault.message} (rank {ctx.get('rank')}, phase {fault.phase})")
+
+
+def _corrupt(fault: Any, ctx: dict[str, Any]) -> None:
+    ring, index = ctx["ring"], ctx["index"]
+    DAMAGE[fault.mode](ring.buf, ring.metas[index], ring.datas[index], ring.spec.n_chunks)
+
+
+def _flip_payload(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    if _U32.unpack_from(buf, meta + _LENGTH)[0] > 0:
+        buf[data] ^= 0xFF
+
+
+def _truncate(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    length = _U32.unpack_from(buf, meta + _LENGTH)[0]
+    _U32.pack_into(buf, meta + _LENGTH, max(0, length - 1))
+    _fix_meta_crc(buf, meta)  # consistent metadata: only the payload checksum can tell
+
+
+def _clobber_seq(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    _U64.pack_into(buf, meta + _SEQ, 0xFFFF_FFFF)
+
+
+def _clobber_flags(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    flags = _U32.unpack_from(buf, meta + _FLAGS)[0]
+    _U32.pack_into(buf, meta + _FLAGS, flags ^ _FIRST)
+
+
+def _overwrite_unread(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    seq = _U64.unpack_from(buf, meta + _SEQ)[0]
+    _U64.pack_into(buf, meta + _SEQ, seq + n_chunks)  # as if the writer lapped the reader
+    _fix_meta_crc(buf, meta)
+
+
+def _drop(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    flags = _U32.unpack_from(buf, meta + _FLAGS)[0]
+    _U32.pack_into(buf, meta + _FLAGS, (flags & ~(_FIRST | _LAST)) | _ABORT | _LAST)
+    _fix_meta_crc(buf, meta)
+
+
+def _fix_meta_crc(buf: Any, meta: int) -> None:
+    _U32.pack_into(buf, meta + _META_CRC, zlib.crc32(buf[meta + _SEQ : meta + _META_CRC]))
+
+
+ACTIONS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "kill_worker": _kill_self, "term_worker": _term_self, "hang_worker": _block,
+    "slow_worker": _slow, "raise_in_worker": _raise, "corrupt_queue": _corrupt,
+}
+DAMAGE: dict[str, Callable[[Any, int, int, int], None]] = {
+    "flip_payload": _flip_payload, "truncate": _truncate, "clobber_seq": _clobber_seq,
+    "clobber_flags": _clobber_flags, "overwrite_unread": _overwrite_unread, "drop": _drop,
+}
+
+
+def point_of(r: ResolvedFault) -> str:
+    f = r.fault
+    return "queue.before_publish" if f.kind == "corrupt_queue" else f"worker.{f.phase}"
+
+
+def faults_for(resolved: list[ResolvedFault], role: str, rank: int | None) -> dict[str, list]:
+    """The internal faults this process must run, grouped by failpoint."""
+    points: dict[str, list[ResolvedFault]] = defaultdict(list)
+    for r in resolved:
+        f = r.fault
+        if f.external:
+            continue
+        rpc = f.kind == "corrupt_queue" and getattr(f, "queue", "") == "rpc"
+        if (role == "driver" and rpc) or (role == "worker" and not rpc and f.rank == rank):
+            points[point_of(r)].append(r)
+    return points
+
+
+def install(role: str = "worker", rank: int | None = None, ctl_path: str | None = None) -> list[str]:
+    """Enable this process's internal faults; returns the failpoints switched on."""
+    path = ctl_path or os.environ.get(ENV_VAR)
+    if not path:
+        return []
+    ctl = ControlDir(path)
+    enabled = []
+    for point, faults in faults_for(ctl.read_plan(), role, rank).items():
+        failpoints.enable(point, PointDispatcher(ctl, faults, rank))
+        enabled.append(point)
+    return enabled
+
+
+def install_in_worker(worker: Any, ctl_path: str) -> list[str]:
+    """For ``collective_rpc``: install in a worker whose environment lacks the variable."""
+    failpoints.disable()
+    return install("worker", worker.rank, ctl_path)
+
+
+def fired_counts() -> dict[str, int]:
+    return dict(failpoints.fired)
+
+
+def fired_in_worker(worker: Any) -> dict[str, int]:
+    return dict(failpoints.fired)
+
+
+class CallCounter:
+    """Driver side: counts calls per method, arms call-triggered faults, runs external ones."""
+
+    def __init__(self, ctl: ControlDir, resolved: list[ResolvedFault],
+                 on_external: Callable[[ResolvedFault, dict[str, Any]], None]) -> None:
+        self.ctl = ctl
+        self.faults = [r for r in resolved if r.at_s is None]
+        self.counts: Counter[str] = Counter()
+        self.external: dict[int, list[tuple[ResolvedFault, dict[str, Any]]]] = defaultdict(list)
+        self.on_external = on_external
+
+    def before_pickle(self, msg_id: int, method: str, **_: Any) -> None:
+        self.counts[method] += 1
+        self.counts["*"] += 1
+        for r in self.faults:
+            n = self.counts[r.method]
+            if r.method in (method, "*") and n in r.calls:
+                info = {"call": n, "method": method, "msg_id": msg_id}
+                if r.fault.external:
+                    self.external[msg_id].append((r, info))
+                else:
+                    self.ctl.arm(r.index, msg_id, info)
+
+    def after_enqueue(self, msg_id: int, method: str, **_: Any) -> None:
+        for r, info in self.external.pop(msg_id, []):
+            self.on_external(r, info)
+
+    def enable(self) -> None:
+        failpoints.enable("driver.before_pickle", self.before_pickle)
+        failpoints.enable("driver.after_enqueue", self.after_enqueue)

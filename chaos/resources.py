@@ -1,0 +1,95 @@
+"""What a scenario must leave behind: nothing.  Snapshots of processes, shared memory,
+file descriptors and threads, taken before the executor starts and after it shut down."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Iterable
+
+import psutil
+
+SHM_DIR = "/dev/shm"
+_SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    shm: frozenset[str]
+    fds: dict[int, str]
+    threads: frozenset[int]
+    children: frozenset[int]
+
+
+def _fds() -> dict[int, str]:
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+    return out
+
+
+def _children() -> set[int]:
+    pids = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if not any(h in " ".join(child.cmdline()) for h in _SESSION_HELPERS):
+                pids.add(child.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(frozenset(n for n in os.listdir(SHM_DIR) if n.startswith("faultlab_")),
+                    _fds(), frozenset(t.ident or 0 for t in threading.enumerate()),
+                    frozenset(_children()))
+
+
+def process_state(pid: int) -> str:
+    """'gone', 'zombie' or 'alive'."""
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "gone"
+    return "zombie" if status == psutil.STATUS_ZOMBIE else "alive"
+
+
+def wait_gone(pids: Iterable[int], within_s: float) -> dict[int, str]:
+    """Wait up to ``within_s`` for every pid to be gone; return the ones that are not."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = {p: s for p in pids if (s := process_state(p)) != "gone"}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
+
+
+def leaks(before: Snapshot, worker_pids: Iterable[int], owner_pid: int, ignore_paths: Iterable[str],
+          wait_s: float = 3.0) -> list[str]:
+    """Everything this scenario left behind, each as a sentence."""
+    problems = [f"worker pid {pid} is still {state} after shutdown"
+                for pid, state in wait_gone(worker_pids, wait_s).items()]
+    deadline = time.monotonic() + wait_s
+    while True:
+        after = snapshot()
+        threads = [t for t in threading.enumerate() if (t.ident or 0) not in before.threads
+                   and t.is_alive() and t is not threading.current_thread()]
+        if not threads or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    problems += [f"thread {t.name!r} is still running after shutdown" for t in threads]
+    shm = sorted(n for n in after.shm - before.shm if n.startswith(f"faultlab_{owner_pid}_"))
+    problems += [f"/dev/shm/{n} was not unlinked" for n in shm]
+    ignore = tuple(ignore_paths)
+    problems += [f"file descriptor {fd} ({target}) was left open"
+                 for fd, target in sorted(after.fds.items())
+                 if before.fds.get(fd) != target and not target.startswith(ignore)]
+    new_children = sorted(_children() - before.children)
+    problems += [f"child process {pid} ({process_state(pid)}) was left behind"
+                 for pid in new_children]
+    return problems

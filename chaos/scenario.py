@@ -1,0 +1,254 @@
+"""``run_scenario``: start an executor, run a workload under a fault plan, check invariants.
+
+    plan.resolve(seed) ─► ctl/plan.json ─► workers install their failpoints (chaos.points)
+    MultiprocExecutor ─► RecordingExecutor ─► workload(ex)   (in a thread, with a watchdog)
+         ▲ CallCounter (driver failpoints)      Injector (timer thread: signals, helpers)
+    shutdown ─► leak snapshot ─► fault timeline ─► oracles ─► ScenarioResult (+ result.json)
+
+A plan with ``KillDriver`` runs the driver in a subprocess instead (``chaos.driver_run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import telemetry
+from chaos import points, resources
+from chaos.control import ENV_VAR, ControlDir
+from chaos.injector import Injector
+from chaos.oracles import Bounds, RunRecord, Violation, check, detection_latency_s, observed_outcome
+from chaos.outcomes import Outcome, combined_outcome, outcome_for
+from chaos.plan import FaultPlan, ResolvedFault
+from chaos.recording import CallRecord, RecordingExecutor
+from executor import ExecutorConfig, MultiprocExecutor, failpoints
+from executor.launch import make_context
+
+Workload = Callable[[Any], None]
+_DRIVER_POINTS = ("driver.before_pickle", "driver.after_enqueue", "queue.before_publish")
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    name: str
+    seed: int
+    violations: list[Violation]
+    trace_dir: Path
+    out_dir: Path
+    calls: list[CallRecord]
+    faults: list[dict[str, Any]]  # the fault timeline, every process, in time order
+    fired_points: dict[str, int]
+    expected: Outcome | None
+    outcome: Outcome | None
+    detection_latency_s: float | None
+    shutdown_s: float | None
+    wall_s: float
+    unfired: list[int]  # indices of planned faults that never fired
+    error: str = ""  # a scenario that could not run (e.g. the executor did not start)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "seed": self.seed, "ok": self.ok,
+            "violations": [{"invariant": v.invariant, "message": v.message} for v in self.violations],
+            "trace_dir": str(self.trace_dir), "calls": [c.summary() for c in self.calls],
+            "faults": self.faults, "fired_points": self.fired_points,
+            "expected": self.expected and self.expected.value,
+            "outcome": self.outcome and self.outcome.value,
+            "detection_latency_s": self.detection_latency_s, "shutdown_s": self.shutdown_s,
+            "wall_s": round(self.wall_s, 4), "unfired": self.unfired, "error": self.error,
+        }
+
+
+def run_scenario(
+    cfg: ExecutorConfig, workload: Workload, plan: FaultPlan, out_dir: str | os.PathLike[str],
+    *, name: str = "scenario", expected: Outcome | str | None = "auto",
+    bounds: Bounds | None = None, executor_class: type = MultiprocExecutor,
+) -> ScenarioResult:
+    """Run ``workload(executor)`` under ``plan``; see the module docstring."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    bounds = bounds or Bounds()
+    (out / "plan.json").write_text(json.dumps(
+        {"name": name, "plan": plan.to_dict(), "config": _config_dict(cfg)}, indent=2, default=str))
+    if plan.kills_driver:
+        from chaos.driver_run import run_with_driver_process
+
+        result = run_with_driver_process(cfg, workload, plan, out, name, bounds, executor_class)
+    else:
+        result = _InProcessRun(cfg, workload, plan, out, name, bounds, executor_class).run(expected)
+    (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    return result
+
+
+def _config_dict(cfg: ExecutorConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+@contextmanager
+def scenario_environment(trace_dir: Path, ctl_dir: Path) -> Iterator[None]:
+    """Point tracing and failpoint installation at this scenario; restore afterwards."""
+    saved = {k: os.environ.get(k) for k in (telemetry_env(), ENV_VAR, failpoints.ENV_VAR)}
+    os.environ.update({telemetry_env(): str(trace_dir), ENV_VAR: str(ctl_dir),
+                       failpoints.ENV_VAR: points.INSTALLER})
+    telemetry.configure_process("driver")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        telemetry.configure_process("driver")
+
+
+def telemetry_env() -> str:
+    from telemetry.config import TRACE_DIR_ENV
+
+    return TRACE_DIR_ENV
+
+
+def prepare_forkserver(cfg: ExecutorConfig) -> None:
+    """Start the forkserver before our variables are set: it would keep them for good."""
+    if cfg.resolved_start_method() == "forkserver":
+        import multiprocessing.forkserver as fs
+
+        make_context("forkserver")
+        fs.ensure_running()
+
+
+def install_in_workers(ex: Any, cfg: ExecutorConfig, ctl: ControlDir) -> None:
+    """forkserver workers do not see the driver's environment: install through an RPC."""
+    if cfg.resolved_start_method() == "forkserver":
+        ex.collective_rpc(points.install_in_worker, args=(str(ctl.path),), timeout=30)
+
+
+def annotate(timeline: list[dict[str, Any]], resolved: list[ResolvedFault]) -> list[dict[str, Any]]:
+    """Mark each fault record with the outcome the table expects of it."""
+    for record in timeline:
+        outcome = outcome_for(resolved[record["index"]].fault)
+        record["expected"] = outcome.value
+        record["fatal"] = outcome == Outcome.FAIL_FAST
+    return timeline
+
+
+def fired_points(timeline: list[dict[str, Any]], resolved: list[ResolvedFault]) -> dict[str, int]:
+    fired = Counter(points.point_of(resolved[r["index"]]) for r in timeline if r["by"] == "failpoint")
+    return dict(sorted(fired.items()))
+
+
+def expected_outcome(expected: Outcome | str | None, timeline: list[dict[str, Any]],
+                     resolved: list[ResolvedFault]) -> Outcome | None:
+    if expected != "auto":
+        return Outcome(expected) if expected is not None else None
+    hit = sorted({r["index"] for r in timeline})
+    return combined_outcome([resolved[i].fault for i in hit])
+
+
+class _InProcessRun:
+    def __init__(self, cfg: ExecutorConfig, workload: Workload, plan: FaultPlan, out: Path,
+                 name: str, bounds: Bounds, executor_class: type) -> None:
+        self.cfg, self.workload, self.plan, self.out = cfg, workload, plan, out
+        self.name, self.bounds, self.executor_class = name, bounds, executor_class
+        self.trace_dir, self.ctl = out / "trace", ControlDir(out / "ctl")
+        self.resolved = plan.resolve()
+        self.hung = False
+
+    def run(self, expected: Outcome | str | None) -> ScenarioResult:
+        t0 = time.monotonic()
+        self.ctl.write_plan(self.resolved, self.plan.seed)
+        prepare_forkserver(self.cfg)
+        with scenario_environment(self.trace_dir, self.ctl.path):
+            before = resources.snapshot()
+            try:
+                ex = self.executor_class(self.cfg)
+            except Exception as exc:  # noqa: BLE001 - reported as the scenario's failure
+                return self._not_started(exc, t0)
+            record = self._drive(ex, before)
+        return self._result(record, expected, time.monotonic() - t0)
+
+    def _drive(self, ex: Any, before: resources.Snapshot) -> RunRecord:
+        pids = list(ex.worker_pids)
+        install_in_workers(ex, self.cfg, self.ctl)
+        proxy = RecordingExecutor(ex)
+        injector = Injector(self.ctl, self.resolved)
+        points.install("driver", None, str(self.ctl.path))
+        points.CallCounter(self.ctl, self.resolved, injector.fire).enable()
+        injector.start(pids)
+        try:
+            self._run_workload(proxy)
+            failed_at = self._await_detection(ex, proxy)
+        finally:
+            injector.stop()
+            for name in _DRIVER_POINTS:
+                failpoints.disable(name)
+        started = time.monotonic()
+        ex.shutdown()
+        shutdown_s = time.monotonic() - started
+        leaks = resources.leaks(before, pids, os.getpid(), (str(self.out),))
+        return RunRecord(
+            calls=proxy.calls, faults=annotate(self.ctl.timeline(), self.resolved),
+            callback_times_ns=proxy.callback_times_ns, failed_at_ns=failed_at,
+            shutdown_s=shutdown_s, leaks=leaks, hung=self.hung, bounds=self.bounds,
+            shutdown_bound_s=self.cfg.shutdown_grace + self.cfg.sigterm_grace
+            + self.bounds.shutdown_slack_s,
+        )
+
+    def _run_workload(self, proxy: RecordingExecutor) -> None:
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                self.workload(proxy)
+            except Exception as exc:  # noqa: BLE001 - the calls already recorded it
+                errors.append(exc)
+
+        thread = threading.Thread(target=target, name="chaos-workload", daemon=True)
+        thread.start()
+        thread.join(self.bounds.workload_s)
+        if thread.is_alive():
+            self.hung = True
+            proxy.executor.shutdown()  # wakes every waiter with ExecutorFailedError
+            thread.join(10.0)
+
+    def _await_detection(self, ex: Any, proxy: RecordingExecutor) -> int | None:
+        """A fatal fault late in the workload may be detected just after it: wait a bound."""
+        fatal = [r for r in annotate(self.ctl.timeline(), self.resolved) if r["fatal"]]
+        deadline = time.monotonic() + (self.bounds.detect_s if fatal else 0)
+        while True:
+            if ex.is_failed:
+                return min([time.time_ns(), *proxy.callback_times_ns])
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+
+    def _result(self, run: RunRecord, expected: Any, wall_s: float) -> ScenarioResult:
+        run.expected = expected_outcome(expected, run.faults, self.resolved)
+        violations = check(run)
+        hit = {r["index"] for r in run.faults}
+        return ScenarioResult(
+            self.name, self.plan.seed, violations, self.trace_dir, self.out, run.calls,
+            run.faults, fired_points(run.faults, self.resolved), run.expected,
+            observed_outcome(run), detection_latency_s(run), run.shutdown_s, wall_s,
+            [r.index for r in self.resolved if r.index not in hit],
+        )
+
+    def _not_started(self, exc: Exception, t0: float) -> ScenarioResult:
+        message = f"the executor did not start: {type(exc).__name__}: {exc}"
+        return ScenarioResult(
+            self.name, self.plan.seed, [Violation("startup", message)], self.trace_dir,
+            self.out, [], [], {}, None, None, None, None, time.monotonic() - t0,
+            [r.index for r in self.resolved], error=message,
+        )

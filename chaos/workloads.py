@@ -1,0 +1,110 @@
+"""Workloads: what a scenario asks of the executor while faults hit it.
+
+A workload is ``callable(executor) -> None``; it catches the executor's documented errors
+and goes on, because the recording proxy has already logged each outcome for the oracles.
+``rpc_sequence`` turns a list of call specs (as in a TOML suite) into a workload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from executor import ExecutorError
+
+Workload = Callable[[Any], None]
+_CALL_KEYS = {"method", "args", "timeout", "non_block", "unique_reply_rank", "repeat"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSpec:
+    method: str
+    args: tuple[Any, ...] = ()
+    timeout: float | None = None
+    non_block: bool = False
+    unique_reply_rank: int | None = None
+    repeat: int = 1
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> CallSpec:
+        from chaos.faults import PlanError
+
+        unknown = sorted(set(data) - _CALL_KEYS)
+        if unknown:
+            raise PlanError(f"{where}.{unknown[0]}: unknown key; known: {sorted(_CALL_KEYS)}")
+        if not isinstance(data.get("method"), str):
+            raise PlanError(f"{where}.method: must be a method name (string)")
+        args = data.get("args", [])
+        if not isinstance(args, list):
+            raise PlanError(f"{where}.args: must be a list, got {type(args).__name__}")
+        return cls(data["method"], tuple(args), data.get("timeout"), bool(data.get("non_block", False)),
+                   data.get("unique_reply_rank"), int(data.get("repeat", 1)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+def call_quietly(ex: Any, spec: CallSpec) -> Any:
+    """Make one call; documented errors are recorded by the proxy, not raised."""
+    try:
+        return ex.collective_rpc(spec.method, timeout=spec.timeout, args=spec.args,
+                                 non_block=spec.non_block, unique_reply_rank=spec.unique_reply_rank)
+    except (ExecutorError, TimeoutError, TypeError):
+        return None
+
+
+def rpc_sequence(calls: Sequence[CallSpec]) -> Workload:
+    """Run the calls in order; futures of non-blocking calls are awaited at the end."""
+
+    def workload(ex: Any) -> None:
+        futures: list[Future[Any]] = []
+        for spec in calls:
+            for _ in range(spec.repeat):
+                out = call_quietly(ex, spec)
+                if isinstance(out, Future):
+                    futures.append(out)
+        for future in futures:
+            try:
+                future.result()
+            except (ExecutorError, TimeoutError):
+                pass
+
+    return workload
+
+
+STANDARD = [
+    CallSpec("echo", ("warm-up",), timeout=5.0),
+    CallSpec("sleep", (0.2,), timeout=1.0),  # the call the outcome table's faults hit
+    CallSpec("echo", ("after",), timeout=1.0, repeat=3),
+    CallSpec("get_rank", (), timeout=1.0, unique_reply_rank=1),
+]
+
+
+def standard(ex: Any) -> None:
+    """Warm up, one ``sleep`` call for faults to hit, then calls that show recovery."""
+    rpc_sequence(STANDARD)(ex)
+
+
+def futures_mix(ex: Any) -> None:
+    """Non-blocking calls awaited out of order, then a blocking one."""
+    fs = [ex.collective_rpc("echo", args=(i,), non_block=True, timeout=3.0) for i in range(4)]
+    fs.append(ex.collective_rpc("sleep", args=(0.1,), non_block=True, timeout=3.0))
+    for f in reversed(fs):
+        try:
+            f.result()
+        except (ExecutorError, TimeoutError):
+            pass
+    call_quietly(ex, CallSpec("echo", ("tail",), timeout=3.0))
+
+
+def steady(ex: Any, n: int = 40) -> None:
+    """Many short calls, for faults triggered by time or probability."""
+    for i in range(n):
+        call_quietly(ex, CallSpec("echo", (i,), timeout=2.0))
+        call_quietly(ex, CallSpec("sleep", (0.005,), timeout=2.0))
+
+
+BUILTIN: dict[str, Workload] = {"standard": standard, "futures_mix": futures_mix, "steady": steady}

@@ -93,13 +93,14 @@ class ReplyCollector:
     def __init__(
         self,
         readers: list[QueueReader],
+        lock: threading.Lock,
         failure: Callable[[], ExecutorFailedError | None],
         fail: Callable[[ExecutorFailedError], None],
         on_resolved: Callable[[PendingCall, BaseException | None], None],
     ) -> None:
         self.readers = readers
         self.pending: collections.deque[PendingCall] = collections.deque()
-        self.lock = threading.Lock()
+        self.lock = lock
         self._failure = failure
         self._fail = fail
         self._on_resolved = on_resolved
@@ -109,6 +110,10 @@ class ReplyCollector:
         if not self._acquire(limit):
             return
         try:
+            failure = self._failure()
+            if failure is not None:  # the queues may already be closed: never touch them
+                self.fail_all(ExecutorFailedError(str(failure)))
+                return
             while not call.future.done() and self.pending:
                 if not self._collect(self.pending[0], limit):
                     return

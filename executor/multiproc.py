@@ -56,16 +56,21 @@ class _Resources:
         self.wiring: Wiring | None = None
         self.monitor: WorkerMonitor | None = None
         self.cancel_r, self.cancel_w = os.pipe()
+        self.cancel_closed = False  # guarded by lock: never write to a recycled fd number
         self.lock = threading.Lock()
+        # Held by whoever writes the rpc queue / reads reply queues.  Releasing memory and
+        # fds takes both, so no thread is inside a queue wait when they go.
+        self.send_lock = threading.Lock()
+        self.reply_lock = threading.Lock()
         self.done = threading.Event()
         self.started = False
         self.rec = telemetry.get_recorder()
 
     def cancel(self) -> None:
-        try:
-            os.write(self.cancel_w, b"\1")
-        except OSError:
-            pass
+        """Wake every thread waiting on a queue of this executor; they find it failed."""
+        with self.lock:
+            if not self.cancel_closed:
+                os.write(self.cancel_w, b"\1")  # never drained: every later wait wakes at once
 
     def shutdown(self) -> None:
         with self.lock:
@@ -105,20 +110,31 @@ class _Resources:
     def _release(self) -> None:
         for name in self.names:
             shm.unlink(name)
+        for h in self.handles:
+            _close_process(h)
+        held = [lock for lock in (self.send_lock, self.reply_lock) if lock.acquire(timeout=5.0)]
+        try:
+            if len(held) == 2:  # else a thread is stuck inside a wait: leave the rest to GC
+                self._close_queues()
+        finally:
+            for lock in held:
+                lock.release()
+
+    def _close_queues(self) -> None:
         for ring in self.rings:
             try:
                 ring.close()
-            except (BufferError, ValueError):
-                pass  # a view is still alive in some thread; the mapping goes with the process
+            except BufferError:
+                pass  # a view of it is still referenced; the mapping goes with that object
         conns = [c for h in self.handles for c in (h.rpc_bell, h.reply_bell, h.reply_writer_bell, h.ready)]
         if self.wiring is not None:
             conns += [self.wiring.rpc_writer_bell, self.wiring.death]
         for conn in conns:
             conn.close()
-        for fd in (self.cancel_r, self.cancel_w):
-            os.close(fd)
-        for h in self.handles:
-            _close_process(h)
+        with self.lock:
+            self.cancel_closed = True
+            os.close(self.cancel_r)
+            os.close(self.cancel_w)
 
 
 def _close_process(handle: WorkerHandle) -> None:
@@ -142,7 +158,7 @@ class MultiprocExecutor:
         self._callbacks: list[FailureCallback] = []
         self._callbacks_ran = False
         self._state_lock = threading.Lock()
-        self._send_lock = threading.Lock()
+        self._send_lock = self._res.send_lock
         self._ids = itertools.count(1)
         self._rec = self._res.rec
         self.started_ns = time.time_ns()
@@ -178,11 +194,12 @@ class MultiprocExecutor:
             Doorbell(res.wiring.rpc_writer_bell.fileno()), [res.cancel_r], self._raise_failure, policy,
         )
         self._collector = ReplyCollector(
-            self._attach_replies(policy), lambda: self._failure, self._fail, self._call_resolved
+            self._attach_replies(policy), res.reply_lock, lambda: self._failure, self._fail,
+            self._call_resolved,
         )
         for name in res.names:
             shm.unlink(name)  # everyone has mapped everything: nothing to leak from here on
-        res.monitor = WorkerMonitor([(h.rank, h.process) for h in res.handles], self._on_worker_death)
+        res.monitor = WorkerMonitor([(h.rank, h.process) for h in res.handles], self._death_callback())
         res.monitor.start()
         if span is not None:
             span.set_attribute("faultlab.worker_pids", str(self.worker_pids))
@@ -307,6 +324,7 @@ class MultiprocExecutor:
         call = PendingCall(0, name, ranks, reply_rank is not None, timeout, deadline, future, aggregator)
         future.call = call
         with self._send_lock:
+            self._raise_failure()  # checked again under the lock: the queues may be closing
             call.rpc_id = next(self._ids)
             span = self._start_rpc_span(call, timeout) if self._rec.enabled else None
             parts = self._encode(call, method, args, kwargs, reply_rank, span)
@@ -371,6 +389,17 @@ class MultiprocExecutor:
         failure = self._failure
         if failure is not None:
             raise ExecutorFailedError(str(failure))
+
+    def _death_callback(self) -> Callable[[int, int, int | None, int], None]:
+        """A callback for the monitor thread that does not keep the executor alive."""
+        method = weakref.WeakMethod(self._on_worker_death)
+
+        def on_death(rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
+            bound = method()
+            if bound is not None:
+                bound(rank, pid, exitcode, detected_ns)
+
+        return on_death
 
     def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
         error = ExecutorFailedError(

@@ -104,6 +104,8 @@ def worker_main(boot: WorkerBootstrap) -> None:
 def _prepare_process(boot: WorkerBootstrap) -> _ExitState:
     if boot.start_method == "fork":
         _close_quietly(boot.death_writer_fd)
+    elif boot.start_method == "forkserver":
+        _drop_forkserver_alive_fd()
     _set_parent_death_signal(signal.SIGCONT)
     state = _ExitState()
     _install_signal_handlers(state)
@@ -121,6 +123,22 @@ def _close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _drop_forkserver_alive_fd() -> None:
+    """Forkserver children inherit the driver's end of the forkserver's 'alive' pipe.
+
+    While any child holds it the forkserver never sees the driver die, so it never exits and
+    the kernel never sends its children the parent-death signal: a SIGSTOPped worker would
+    then outlive the driver.  Workers do not start processes through the forkserver.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        _close_quietly(fd)
+        server._forkserver_alive_fd = None
 
 
 def _set_parent_death_signal(sig: int) -> None:

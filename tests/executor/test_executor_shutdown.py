@@ -1,0 +1,90 @@
+"""Shutdown: idempotent, escalating, complete; also at garbage collection."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+from exec_helpers import ignore_sigterm_and_sleep
+
+from executor import ExecutorConfig, ExecutorFailedError, MultiprocExecutor, failpoints
+
+
+def _gone(pids: list[int]) -> bool:
+    return not [p for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_shutdown_is_idempotent_and_complete(executor: MultiprocExecutor) -> None:
+    pids = executor.worker_pids
+    executor.shutdown()
+    executor.shutdown()
+    with executor:
+        pass
+    assert _gone(pids)
+    with pytest.raises(ExecutorFailedError, match="shut down"):
+        executor.collective_rpc("echo", args=(1,))
+
+
+def test_pending_futures_fail_at_shutdown(executor: MultiprocExecutor) -> None:
+    futures = [executor.collective_rpc("sleep", args=(5,), non_block=True) for _ in range(3)]
+    executor.shutdown()
+    for future in futures:
+        with pytest.raises(ExecutorFailedError):
+            future.result(timeout=5)
+
+
+def test_worker_crash_during_shutdown(executor: MultiprocExecutor) -> None:
+    futures = [executor.collective_rpc("sleep", args=(5,), non_block=True) for _ in range(2)]
+    killer = threading.Thread(target=os.kill, args=(executor.worker_pids[0], signal.SIGKILL))
+    killer.start()
+    executor.shutdown()
+    killer.join()
+    for future in futures:
+        with pytest.raises(ExecutorFailedError):
+            future.result(timeout=5)
+
+
+def _stall_death_pipe(worker: object) -> None:
+    failpoints.enable("worker.death_pipe", lambda **_: time.sleep(60))
+
+
+def test_shutdown_escalates_to_sigkill(make_executor) -> None:  # type: ignore[no-untyped-def]
+    ex = make_executor(shutdown_grace=0.2, sigterm_grace=0.2)
+    pids = ex.worker_pids
+    ex.collective_rpc(_stall_death_pipe)
+    ex.collective_rpc(ignore_sigterm_and_sleep, args=(60,), non_block=True)
+    time.sleep(0.2)
+    start = time.monotonic()
+    ex.shutdown()
+    assert time.monotonic() - start < 10
+    assert _gone(pids)
+
+
+def test_garbage_collection_shuts_down(start_method: str) -> None:
+    ex = MultiprocExecutor(ExecutorConfig(tensor_parallel_size=2, start_method=start_method))
+    pids = ex.worker_pids
+    assert ex.collective_rpc("echo", args=(1,)) == [1, 1]
+    del ex
+    gc.collect()
+    assert _gone(pids)
+
+
+def test_busy_workers_shut_down_quickly(executor: MultiprocExecutor) -> None:
+    executor.collective_rpc("sleep", args=(30,), non_block=True)
+    time.sleep(0.2)
+    start = time.monotonic()
+    executor.shutdown()
+    assert time.monotonic() - start < 5  # SIGTERM interrupts the sleep; no 30 s wait
+
+
+def test_sigint_makes_a_worker_exit_cleanly(executor: MultiprocExecutor) -> None:
+    pid = executor.worker_pids[0]
+    os.kill(pid, signal.SIGINT)
+    with pytest.raises(ExecutorFailedError, match="after SIGINT"):
+        executor.collective_rpc("sleep", args=(10,), timeout=30)

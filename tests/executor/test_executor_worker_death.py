@@ -1,0 +1,77 @@
+"""Worker death: detected at once, reported with rank, pid and cause, callback once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from exec_helpers import exit_in_rank
+
+from executor import ExecutorFailedError, MultiprocExecutor
+
+
+def _in_flight(ex: MultiprocExecutor) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            ex.collective_rpc("sleep", args=(30,), timeout=60)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread, errors
+
+
+@pytest.mark.parametrize(("sig", "phrase"), [(signal.SIGKILL, "killed by SIGKILL"),
+                                             (signal.SIGTERM, "after SIGTERM")])
+def test_in_flight_call_fails_at_once_naming_rank_pid_and_signal(executor, sig, phrase) -> None:  # type: ignore[no-untyped-def]
+    called: list[int] = []
+    callback_ran = threading.Event()
+    executor.register_failure_callback(lambda: (called.append(1), callback_ran.set()))
+    thread, errors = _in_flight(executor)
+    time.sleep(0.2)
+    pid = executor.worker_pids[1]
+    start = time.monotonic()
+    os.kill(pid, sig)
+    thread.join(10)
+    assert time.monotonic() - start < 5  # not at the call's 60 s timeout
+    assert len(errors) == 1 and isinstance(errors[0], ExecutorFailedError)
+    message = str(errors[0])
+    assert "rank 1" in message and str(pid) in message and phrase in message
+    assert executor.is_failed
+    assert callback_ran.wait(10)  # after the executor has shut down, from the monitor thread
+    assert called == [1]
+
+
+def test_calls_after_death_fail_and_callbacks_run_once(executor: MultiprocExecutor) -> None:
+    called: list[int] = []
+    executor.register_failure_callback(lambda: called.append(1))
+    with pytest.raises(ExecutorFailedError, match="rank 0"):
+        executor.collective_rpc(exit_in_rank, args=(0, 3))
+    with pytest.raises(ExecutorFailedError):
+        executor.collective_rpc("echo", args=(1,))
+    with pytest.raises(ExecutorFailedError):
+        executor.check_health()
+    executor.shutdown()
+    assert called == [1]
+    late: list[int] = []
+    executor.register_failure_callback(lambda: late.append(1))
+    assert late == [1]  # registered after the failure: called at once
+
+
+def test_pending_futures_fail_when_a_worker_dies(executor: MultiprocExecutor) -> None:
+    futures = [executor.collective_rpc("sleep", args=(5,), non_block=True) for _ in range(3)]
+    os.kill(executor.worker_pids[0], signal.SIGKILL)
+    for future in futures:
+        with pytest.raises(ExecutorFailedError, match="SIGKILL"):
+            future.result(timeout=10)
+
+
+def test_check_health_passes_while_workers_live(executor: MultiprocExecutor) -> None:
+    executor.check_health()
+    assert not executor.is_failed

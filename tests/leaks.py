@@ -1,0 +1,68 @@
+"""What a test may not leave behind: child processes, /dev/shm segments, executor threads.
+
+    snapshot ─► test ─► wait (bounded) for children to go ─► kill and report what is left
+
+Session-long helpers that multiprocessing starts itself (the forkserver, the resource
+tracker) are not a test's leak.  Segments named after another live process belong to
+another test run on this machine and are not judged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+import psutil
+
+SHM_DIR = "/dev/shm"
+SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+_OWNER_RE = re.compile(r"^faultlab_(\d+)_")
+
+
+def children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        if not any(helper in cmdline for helper in SESSION_HELPERS):
+            alive.append(child)
+    return alive
+
+
+def shm_names() -> set[str]:
+    return set(os.listdir(SHM_DIR))
+
+
+def _ours(name: str) -> bool:
+    match = _OWNER_RE.match(name)
+    return match is None or int(match.group(1)) == os.getpid()
+
+
+def executor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("faultlab-")]
+
+
+def check(shm_before: set[str], wait_s: float = 5.0) -> list[str]:
+    """Wait up to ``wait_s`` for leftovers to go; clean up and describe what stayed."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and (children() or executor_threads()):
+        time.sleep(0.02)
+    problems = []
+    for proc in children():
+        problems.append(f"process {proc.pid} {proc.name()!r} outlived the test")
+        proc.kill()
+    for name in sorted(shm_names() - shm_before):
+        if _ours(name):
+            problems.append(f"/dev/shm/{name} outlived the test")
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+            except FileNotFoundError:
+                pass
+    problems += [f"thread {t.name!r} outlived the test" for t in executor_threads()]
+    return problems

@@ -52,6 +52,8 @@ def resource_for(process: ProcessInfo) -> Resource:
         "host.name": _HOST,
         "faultlab.role": process.role,
         "faultlab.incarnation": f"{process.incarnation:016x}",
+        # Stable across replays of a run (Resource.create would draw a fresh uuid).
+        "service.instance.id": f"{process.incarnation:016x}",
     }
     if process.rank is not None:
         attributes["faultlab.rank"] = process.rank

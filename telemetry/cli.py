@@ -1,0 +1,97 @@
+"""``faultlab trace``: export a recorded run to files, or replay it to an OTLP endpoint.
+
+Data flow::
+
+    faultlab trace export RUN_DIR --format jaeger|otlp-json|perfetto [--out FILE]
+        read_run ──► jaeger_json / otlp_json / perfetto_json ──► FILE or stdout
+    faultlab trace send RUN_DIR [--endpoint URL] [--protocol grpc|http/protobuf]
+        read_run ──► otel.to_readable_spans ──► SDK OTLP exporter ──► collector / Jaeger
+
+Imports of pandas and the SDK stay inside ``run``: the dispatcher imports this module to
+build its parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("jaeger", "otlp-json", "perfetto")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="trace_command", required=True)
+    export = sub.add_parser("export", help="write a run's spans as Jaeger, OTLP or Perfetto JSON")
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    export.add_argument("--format", choices=FORMATS, default="jaeger")
+    export.add_argument("--out", type=Path, default=None, help="output file (default: stdout)")
+    send = sub.add_parser("send", help="replay a run's spans to an OTLP endpoint")
+    send.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    send.add_argument("--endpoint", default=None,
+                      help="OTLP endpoint (default: from OTEL_EXPORTER_OTLP_*_ENDPOINT)")
+    send.add_argument("--protocol", choices=("grpc", "http/protobuf"), default=None,
+                      help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.run_dir.is_dir():
+        print(f"faultlab trace: {args.run_dir} is not a directory", file=sys.stderr)
+        return 2
+    if args.trace_command == "export":
+        return _export(args.run_dir, args.format, args.out)
+    return _send(args.run_dir, args.endpoint, args.protocol)
+
+
+def render(run_dir: Path, fmt: str) -> dict[str, Any]:
+    """The JSON document of ``run_dir`` in format ``fmt`` (one of ``FORMATS``)."""
+    from telemetry.assemble import read_run
+
+    spans = read_run(run_dir)
+    if fmt == "jaeger":
+        from telemetry.jaeger_json import to_jaeger
+
+        return to_jaeger(spans)
+    if fmt == "perfetto":
+        from telemetry.perfetto_json import to_perfetto
+
+        return to_perfetto(spans)
+    from telemetry.otlp_json import to_otlp_json
+
+    return to_otlp_json(spans)
+
+
+def _export(run_dir: Path, fmt: str, out: Path | None) -> int:
+    text = json.dumps(render(run_dir, fmt), separators=(",", ":"))
+    if out is None:
+        sys.stdout.write(text + "\n")
+    else:
+        out.write_text(text + "\n")
+        print(f"wrote {fmt} trace of {run_dir} to {out}", file=sys.stderr)
+    return 0
+
+
+def _send(run_dir: Path, endpoint: str | None, protocol: str | None) -> int:
+    from telemetry.assemble import read_run
+    from telemetry.config import Settings
+    from telemetry.otel import export_spans, make_exporter, to_readable_spans
+
+    spans = read_run(run_dir)
+    protocol = protocol or Settings.from_env().protocol
+    exporter = make_exporter("otlp", protocol, endpoint)
+    try:
+        ok = export_spans(exporter, to_readable_spans(spans))
+    finally:
+        exporter.shutdown()
+    where = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") \
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
+    processes = len({s.process for s in spans})
+    if not ok:
+        print(f"faultlab trace send: export to {where} failed", file=sys.stderr)
+        return 1
+    print(f"sent {len(spans)} spans from {processes} processes to {where} ({protocol})",
+          file=sys.stderr)
+    return 0

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                            ModelConfig().vocab_size)
     try:
         report = _generate(args, prompts)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (any failure ends the demo as one clear report)
         return _report_failure(args, exc)
     _print_report(args, report)
     return 0

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from executor.errors import ExecutorFailedError
 from executor.model.batch import ModelBatch, ModelOutput
 
 # A future that the executor should have ended by its own deadline gets this much longer
@@ -146,6 +147,7 @@ class LLMEngine:
         if not prompt_token_ids or max_new_tokens < 1:
             raise ValueError(f"request {request_id!r}: needs a prompt and max_new_tokens >= 1")
         request = Request(request_id, tuple(int(t) for t in prompt_token_ids), max_new_tokens)
+        request.future.set_running_or_notify_cancel()  # only the engine may end it
         self._requests[request_id] = request
         self.stats.total_requests += 1
         return request.future
@@ -321,7 +323,7 @@ class LLMEngine:
             return None
         try:
             self.executor.check_health()
-        except Exception as exc:
+        except ExecutorFailedError as exc:
             return exc
         return None
 
@@ -355,8 +357,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _is_executor_failed(exc: BaseException) -> bool:
-    from executor.errors import ExecutorFailedError
-
     return isinstance(exc, ExecutorFailedError)
 
 

@@ -118,10 +118,15 @@ def pickling_costs(batch: Any) -> dict[str, float]:
     from executor.model.batch import ModelOutput
 
     output = ModelOutput(1, batch.request_ids, tuple(range(len(batch.request_ids))), 0.001)
-    return {name: _median_time(lambda o=obj: pickle.loads(pickle.dumps(o, protocol=5)), 2000)
-            for name, obj in (("batch", batch), ("output", output))} | {
-            "batch_bytes": len(pickle.dumps(batch, protocol=5)),
-            "output_bytes": len(pickle.dumps(output, protocol=5))}
+    costs: dict[str, float] = {}
+    for name, obj in (("batch", batch), ("output", output)):
+        costs[name] = _median_time(lambda o=obj: _round_trip_pickle(o), 2000)
+        costs[f"{name}_bytes"] = len(pickle.dumps(obj, protocol=5))
+    return costs
+
+
+def _round_trip_pickle(obj: Any) -> Any:
+    return pickle.loads(pickle.dumps(obj, protocol=5))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -20,6 +20,7 @@ their round trips include waiting behind the other batch.
 from __future__ import annotations
 
 import argparse
+import functools
 import pickle
 import statistics
 import sys
@@ -120,7 +121,7 @@ def pickling_costs(batch: Any) -> dict[str, float]:
     output = ModelOutput(1, batch.request_ids, tuple(range(len(batch.request_ids))), 0.001)
     costs: dict[str, float] = {}
     for name, obj in (("batch", batch), ("output", output)):
-        costs[name] = _median_time(lambda o=obj: _round_trip_pickle(o), 2000)
+        costs[name] = _median_time(functools.partial(_round_trip_pickle, obj), 2000)
         costs[f"{name}_bytes"] = len(pickle.dumps(obj, protocol=5))
     return costs
 

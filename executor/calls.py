@@ -56,7 +56,7 @@ class PendingCall:
     span: Any = None  # the driver's RPC span, when tracing
 
 
-class RpcFuture(Future):  # type: ignore[type-arg]
+class RpcFuture(Future):
     """A concurrent Future whose ``result``/``exception`` collect replies in order."""
 
     def __init__(self, collector: ReplyCollector) -> None:
@@ -78,7 +78,7 @@ class RpcFuture(Future):  # type: ignore[type-arg]
             self._collector.drain_until(self.call, limit)
 
 
-def settle(future: Future, *, result: Any = None, error: BaseException | None = None) -> None:  # type: ignore[type-arg]
+def settle(future: Future, *, result: Any = None, error: BaseException | None = None) -> None:
     """Resolve ``future`` unless something already did."""
     try:
         if error is not None:

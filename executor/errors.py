@@ -48,7 +48,7 @@ class WorkerError(ExecutorError):
             text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
         return text
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self):
         kwargs = {
             "rank": self.rank,
             "exc_type": self.exc_type,

@@ -71,7 +71,7 @@ def free_loopback_port() -> int:
 def make_context(start_method: str) -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
-        ctx.set_forkserver_preload(["executor.worker_proc"])  # type: ignore[attr-defined]
+        ctx.set_forkserver_preload(["executor.worker_proc"])
     return ctx
 
 
@@ -142,7 +142,7 @@ def wait_ready(handles: list[WorkerHandle], timeout: float) -> None:
             )
         for obj in wait([*waiting, *by_sentinel], remaining):
             if obj in waiting:
-                _take_ready(waiting.pop(obj))  # type: ignore[arg-type]
+                _take_ready(waiting.pop(obj))
             elif by_sentinel[obj].ready in waiting:  # type: ignore[index]
                 _died_before_ready(by_sentinel[obj])  # type: ignore[index]
 

@@ -41,10 +41,10 @@ class WorkerMonitor(threading.Thread):
             detected_ns = time.time_ns()
             if self._stop_r in ready:
                 return
-            rank, process = min(by_sentinel[s] for s in ready if s in by_sentinel)  # type: ignore[index]
+            rank, process = min(by_sentinel[s] for s in ready if s in by_sentinel)
             process.join(1.0)  # reap, so the exit code is known
             self._on_death(rank, process.pid or 0, process.exitcode, detected_ns)
-        except BaseException:  # noqa: BLE001 - a monitor that dies silently hides deaths
+        except BaseException:
             logging.getLogger("executor").exception("worker monitor failed")
 
     def close(self) -> None:

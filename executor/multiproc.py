@@ -33,7 +33,7 @@ from executor import failpoints, shm
 from executor.calls import PendingCall, ReplyCollector, RpcFuture, settle
 from executor.config import ExecutorConfig
 from executor.errors import ExecutorFailedError, RequestPicklingError
-from executor.launch import WorkerHandle, Wiring, start_workers, wait_ready
+from executor.launch import Wiring, WorkerHandle, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
 from executor.protocol import ALL_RANKS, REQUEST, describe_exit
 from executor.serialization import encode
@@ -375,7 +375,8 @@ class MultiprocExecutor:
     def _start_rpc_span(self, call: PendingCall, timeout: float | None) -> Any:
         return self._rec.start_span(f"rpc {call.method}", None, {
             "rpc.system": "faultlab", "rpc.method": call.method, "faultlab.rpc_id": call.rpc_id,
-            "faultlab.ranks": str(call.ranks), "faultlab.timeout_s": -1.0 if timeout is None else float(timeout),
+            "faultlab.ranks": str(call.ranks),
+            "faultlab.timeout_s": -1.0 if timeout is None else float(timeout),
         })
 
     def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
@@ -442,5 +443,5 @@ class MultiprocExecutor:
         for callback in callbacks:
             try:
                 callback()
-            except Exception:  # noqa: BLE001 - one bad callback must not hide the others
+            except Exception:
                 log.exception("executor failure callback raised")

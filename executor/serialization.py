@@ -58,7 +58,7 @@ class _ReusablePickler(threading.local):
         self.stream = io.BytesIO()
         self.buffers: list[pickle.PickleBuffer] = []
         self.pickler = pickle.Pickler(self.stream, protocol=5, buffer_callback=self._callback)
-        self.pickler.dispatch_table = copyreg.dispatch_table.copy()  # type: ignore[misc]
+        self.pickler.dispatch_table = copyreg.dispatch_table.copy()
         self.tensor_registered = False
 
     def _callback(self, buf: pickle.PickleBuffer) -> bool:

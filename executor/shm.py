@@ -14,11 +14,10 @@ warnings) when that process exits, and starting the tracker adds a process of it
 
 from __future__ import annotations
 
+import _posixshmem  # the stdlib's own thin shm_open/shm_unlink wrapper
 import mmap
 import os
 import re
-
-import _posixshmem  # the stdlib's own thin shm_open/shm_unlink wrapper
 
 PREFIX = "faultlab_"
 SHM_DIR = "/dev/shm"
@@ -79,7 +78,7 @@ def _pid_alive(pid: int) -> bool:
 
 def sweep_stale() -> list[str]:
     """Unlink faultlab segments whose owner process is dead; returns the names removed."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = os.listdir(SHM_DIR)
     except FileNotFoundError:

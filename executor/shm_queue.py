@@ -385,7 +385,8 @@ class QueueReader:
         if seq == expected and self.ring.buf[self.ring.meta(index)] == 1:
             return seq
         if seq > expected:
-            raise self._fatal(index, f"overwritten before this reader read it (seq {seq}, expected {expected})")
+            what = f"overwritten before this reader read it (seq {seq}, expected {expected})"
+            raise self._fatal(index, what)
         raise self._fatal(index, f"sequence number {seq} where {expected} was expected")
 
     def _release(self, index: int) -> None:

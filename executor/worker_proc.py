@@ -134,11 +134,11 @@ def _drop_forkserver_alive_fd() -> None:
     """
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
+    server = forkserver._forkserver
     fd = getattr(server, "_forkserver_alive_fd", None)
     if fd is not None:
         _close_quietly(fd)
-        server._forkserver_alive_fd = None
+        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
 
 
 def _set_parent_death_signal(sig: int) -> None:
@@ -248,7 +248,7 @@ class WorkerProc:
         if close is not None:
             try:
                 close()
-            except Exception:  # noqa: BLE001 - cleanup must go on
+            except Exception:
                 log.exception("worker %d: close() failed", self.rank)
         telemetry.shutdown()
 

@@ -87,7 +87,8 @@ def test_bad_call_arguments_raise_value_error(executor, kwargs, phrase) -> None:
 
 @pytest.mark.parametrize(
     ("call_kwargs", "phrase"),
-    [({"args": "abc"}, "args must be"), ({"kwargs": [1]}, "kwargs must be"), ({"method": 3}, "method must be")],
+    [({"args": "abc"}, "args must be"), ({"kwargs": [1]}, "kwargs must be"),
+     ({"method": 3}, "method must be")],
 )
 def test_bad_call_types_raise_type_error(executor, call_kwargs, phrase) -> None:  # type: ignore[no-untyped-def]
     kwargs = {"method": "echo", **call_kwargs}

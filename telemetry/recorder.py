@@ -58,6 +58,13 @@ _pack_attr_float = j.ATTR_FLOAT_S.pack_into
 _time_ns = time.time_ns
 _get_ident = _thread.get_ident
 _TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
+# Journal constants as plain globals: the hot path reads them without an attribute lookup.
+_SEG_BITS, _MASK, _HDR = j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE
+_REC_SHIFT = j.RECORD_SIZE.bit_length() - 1
+assert 1 << _REC_SHIFT == j.RECORD_SIZE
+_SPAN_START, _SPAN_END, _ATTRIBUTE = j.SPAN_START, j.SPAN_END, j.ATTRIBUTE
+_FLAG_SAMPLED, _OWNER_SPAN, _VT_STR, _VT_INT = j.FLAG_SAMPLED, j.OWNER_SPAN, j.VT_STR, j.VT_INT
+_MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
 _MAX_INTERNED = 50_000
 
 
@@ -113,19 +120,18 @@ class Recorder:
             name_id = self._strings.get(name) or self._intern(name)
             # inlined JournalWriter.reserve()
             idx = next(writer.slots)
-            seg = idx >> j.SEGMENT_BITS
+            seg = idx >> _SEG_BITS
             maps = writer.maps
             mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-            off = j.HEADER_SIZE + (idx & j.SLOT_MASK) * j.RECORD_SIZE
-            _pack_start(mm, off + 1, j.FLAG_SAMPLED, 0, name_id, trace_id >> 64,
+            off = _HDR + ((idx & _MASK) << _REC_SHIFT)
+            _pack_start(mm, off + 1, _FLAG_SAMPLED, 0, name_id, trace_id >> 64,
                         trace_id & _M64, span_id, parent_id, _time_ns(), tid)
-            mm[off] = j.SPAN_START
+            mm[off] = _SPAN_START
         except (ValueError, IndexError, OSError):  # journal closed by shutdown()
             return NonRecordingSpan(trace_id, span_id)
         span = Span(self, trace_id, span_id)
         if attributes:
-            for key, value in attributes.items():
-                self.write_attribute(j.OWNER_SPAN, span_id, key, value)
+            self.write_attributes(_OWNER_SPAN, span_id, attributes)
         return span
 
     def event(
@@ -147,12 +153,12 @@ class Recorder:
             message_id = self._intern(message) if message else 0
             # inlined JournalWriter.reserve()
             idx = next(writer.slots)
-            seg = idx >> j.SEGMENT_BITS
+            seg = idx >> _SEG_BITS
             maps = writer.maps
             mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-            off = j.HEADER_SIZE + (idx & j.SLOT_MASK) * j.RECORD_SIZE
+            off = _HDR + ((idx & _MASK) << _REC_SHIFT)
             _pack_end(mm, off + 1, status, flags, message_id, span_id, _time_ns())
-            mm[off] = j.SPAN_END
+            mm[off] = _SPAN_END
         except (ValueError, IndexError, OSError):
             pass
 
@@ -181,32 +187,36 @@ class Recorder:
         except (ValueError, IndexError, OSError):
             return
         if attributes:
-            for key, value in attributes.items():
-                self.write_attribute(j.OWNER_EVENT, seq, key, value)
+            self.write_attributes(j.OWNER_EVENT, seq, attributes)
 
     def write_attribute(self, owner_kind: int, owner: int, key: str, value: Any) -> None:
+        self.write_attributes(owner_kind, owner, {key: value})
+
+    def write_attributes(self, owner_kind: int, owner: int, attributes: dict[str, Any]) -> None:
+        """One ATTRIBUTE record per item; str and int values take the inlined fast path."""
         writer = self._writer
         if writer is None:
             return
         strings = self._strings
         try:
-            kid = strings.get(key) or self._intern(key)
-            kind = type(value)
-            packer = _pack_attr_int
-            if kind is str:
-                vtype, raw = j.VT_STR, strings.get(value) or self._intern(value)
-            elif kind is int and -(1 << 63) <= value < (1 << 63):
-                vtype, raw = j.VT_INT, value
-            else:
-                vtype, raw, packer = self._encode_value(value)
-            # inlined JournalWriter.reserve()
-            idx = next(writer.slots)
-            seg = idx >> j.SEGMENT_BITS
-            maps = writer.maps
-            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-            off = j.HEADER_SIZE + (idx & j.SLOT_MASK) * j.RECORD_SIZE
-            packer(mm, off + 1, vtype, owner_kind, kid, owner, raw)
-            mm[off] = j.ATTRIBUTE
+            for key, value in attributes.items():
+                kid = strings.get(key) or self._intern(key)
+                kind = type(value)
+                packer = _pack_attr_int
+                if kind is str:
+                    vtype, raw = _VT_STR, strings.get(value) or self._intern(value)
+                elif kind is int and _MIN_I64 <= value <= _MAX_I64:
+                    vtype, raw = _VT_INT, value
+                else:
+                    vtype, raw, packer = self._encode_value(value)
+                # inlined JournalWriter.reserve()
+                idx = next(writer.slots)
+                seg = idx >> _SEG_BITS
+                maps = writer.maps
+                mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+                off = _HDR + ((idx & _MASK) << _REC_SHIFT)
+                packer(mm, off + 1, vtype, owner_kind, kid, owner, raw)
+                mm[off] = _ATTRIBUTE
         except (ValueError, IndexError, OSError):
             pass
 

@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import time
 import traceback
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
 
 _M64 = (1 << 64) - 1
 FLAG_SAMPLED = 0x01
+_SEG_BITS, _MASK, _HDR = j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE
+_REC_SHIFT = j.RECORD_SIZE.bit_length() - 1
+_STATUS_OK, _SPAN_END = j.STATUS_OK, j.SPAN_END
+_pack_end = j.SPAN_END_S.pack_into
+_time_ns = time.time_ns
 
 
 class SpanContext(NamedTuple):
@@ -102,8 +108,20 @@ class Span:
         if self.ended:
             return
         self.ended = True
-        if error is None:
-            self._rec.write_end(self.span_id, j.STATUS_OK, "")
+        if error is None:  # the common case, inlined: Recorder.write_end costs a call more
+            writer = self._rec._writer
+            if writer is None:
+                return
+            try:  # inlined JournalWriter.reserve()
+                idx = next(writer.slots)
+                seg = idx >> _SEG_BITS
+                maps = writer.maps
+                mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+                off = _HDR + ((idx & _MASK) << _REC_SHIFT)
+                _pack_end(mm, off + 1, _STATUS_OK, 0, 0, self.span_id, _time_ns())
+                mm[off] = _SPAN_END
+            except (ValueError, IndexError, OSError):
+                pass
             return
         if isinstance(error, BaseException):
             self._rec.write_event(self.span_id, "exception", {

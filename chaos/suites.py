@@ -1,0 +1,176 @@
+"""Chaos suites: TOML files of scenarios (executor config + workload + faults + expectation).
+
+    [suite]                      name, description, seed, and config defaults
+    [[scenario]]                 name, workload ("standard" | "module:function") or calls,
+      [scenario.config]          ExecutorConfig overrides, expect (an outcome or "auto"),
+      [[scenario.faults]]        kind + the fault's fields (see chaos.faults)
+
+Built-in suites live beside this module (``chaos/suites/*.toml``); ``load_suite`` takes a
+name or a path.  Every error names the file and the key, e.g.
+``smoke.toml: scenario[3].faults[0].rank: ...``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from chaos.faults import Fault, PlanError, fault_from_dict
+from chaos.outcomes import Outcome
+from chaos.plan import FaultPlan
+from chaos.workloads import BUILTIN, CallSpec, Workload, rpc_sequence
+from executor import ExecutorConfig
+
+SUITE_DIR = Path(__file__).with_name("suites")
+_SCENARIO_KEYS = {"name", "workload", "calls", "config", "faults", "expect", "description"}
+_SUITE_KEYS = {"name", "description", "seed", "config"}
+_CONFIG_KEYS = {f.name for f in dataclasses.fields(ExecutorConfig)}
+
+
+class SuiteError(ValueError):
+    """A suite file is malformed; the message names the file and the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    config: dict[str, Any]
+    faults: tuple[Fault, ...]
+    workload: str = "standard"
+    calls: tuple[CallSpec, ...] = ()
+    expect: str = "auto"
+
+    def executor_config(self, start_method: str | None = None) -> ExecutorConfig:
+        overrides = {"start_method": start_method} if start_method else {}
+        return ExecutorConfig(**{"tensor_parallel_size": 2, **self.config, **overrides})
+
+    def build_workload(self) -> Workload:
+        if self.calls:
+            return rpc_sequence(self.calls)
+        if self.workload in BUILTIN:
+            return BUILTIN[self.workload]
+        module, _, attr = self.workload.partition(":")
+        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+    def plan(self, seed: int) -> FaultPlan:
+        return FaultPlan(self.faults, seed=seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "config": self.config,
+                                "faults": [f.to_dict() for f in self.faults],
+                                "expect": self.expect}
+        if self.calls:
+            data["calls"] = [c.to_dict() for c in self.calls]
+        else:
+            data["workload"] = self.workload
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str, defaults: dict[str, Any]) -> Scenario:
+        _no_unknown(data, _SCENARIO_KEYS, where)
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"{where}.name: every scenario needs a name (a non-empty string)")
+        config = {**defaults, **_config(data.get("config", {}), f"{where}.config")}
+        faults = _list(data, "faults", where)
+        calls = _list(data, "calls", where)
+        return cls(
+            name, config,
+            tuple(fault_from_dict(f, f"{where}.faults[{i}]") for i, f in enumerate(faults)),
+            _workload(data.get("workload", "standard"), f"{where}.workload"),
+            tuple(CallSpec.from_dict(c, f"{where}.calls[{i}]") for i, c in enumerate(calls)),
+            _expect(data.get("expect", "auto"), f"{where}.expect"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    name: str
+    path: Path
+    seed: int
+    description: str
+    scenarios: tuple[Scenario, ...]
+
+
+def suite_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    return SUITE_DIR / f"{name_or_path}.toml"
+
+
+def load_suite(name_or_path: str) -> Suite:
+    path = suite_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        known = sorted(p.stem for p in SUITE_DIR.glob("*.toml"))
+        raise SuiteError(f"{path}: no such suite file (built-in suites: {known})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path.name}: not valid TOML: {exc}") from None
+    try:
+        return _suite(data, path)
+    except PlanError as exc:
+        raise SuiteError(f"{path.name}: {exc}") from None
+
+
+def _suite(data: dict[str, Any], path: Path) -> Suite:
+    _no_unknown(data, {"suite", "scenario"}, "")
+    head = data.get("suite", {})
+    _no_unknown(head, _SUITE_KEYS, "suite")
+    seed = head.get("seed", 0)
+    if not isinstance(seed, int):
+        raise PlanError(f"suite.seed: must be an integer, got {seed!r}")
+    defaults = _config(head.get("config", {}), "suite.config")
+    scenarios = _list(data, "scenario", "")
+    if not scenarios:
+        raise PlanError("scenario: the suite has no [[scenario]] tables")
+    built = tuple(Scenario.from_dict(s, f"scenario[{i}]", defaults) for i, s in enumerate(scenarios))
+    names = [s.name for s in built]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise PlanError(f"scenario.name: duplicate scenario names {dupes}")
+    return Suite(head.get("name", path.stem), path, seed, head.get("description", ""), built)
+
+
+def _no_unknown(data: Any, known: set[str], where: str) -> None:
+    if not isinstance(data, dict):
+        raise PlanError(f"{where or 'top level'}: must be a table, got {type(data).__name__}")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise PlanError(f"{key}: unknown key; known: {sorted(known)}")
+
+
+def _list(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    value = data.get(key, [])
+    full = f"{where}.{key}" if where else key
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise PlanError(f"{full}: must be an array of tables ([[{full}]])")
+    return value
+
+
+def _config(data: Any, where: str) -> dict[str, Any]:
+    _no_unknown(data, _CONFIG_KEYS, where)
+    try:
+        ExecutorConfig(**{"tensor_parallel_size": 2, **data})
+    except (ValueError, TypeError) as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    return dict(data)
+
+
+def _workload(value: Any, where: str) -> str:
+    if not isinstance(value, str) or (value not in BUILTIN and value.count(":") != 1):
+        raise PlanError(f"{where}: must be one of {sorted(BUILTIN)} or 'module:function', "
+                        f"got {value!r}")
+    return value
+
+
+def _expect(value: Any, where: str) -> str:
+    allowed = ["auto", *(o.value for o in Outcome)]
+    if value not in allowed:
+        raise PlanError(f"{where}: must be one of {allowed}, got {value!r}")
+    return str(value)

@@ -361,3 +361,16 @@ def _is_executor_failed(exc: BaseException) -> bool:
 
 
 Engine = LLMEngine
+
+
+def generation_workload(prompts: Mapping[str, Sequence[int]], max_new_tokens: int, *,
+                        step_timeout: float | None = 30.0
+                        ) -> Callable[[ExecutorLike], dict[str, list[int]]]:
+    """A workload for chaos scenarios: ``workload(executor)`` generates every prompt on the
+    model worker and returns the tokens, or raises ``EngineFailedError`` naming the fault."""
+
+    def workload(executor: ExecutorLike) -> dict[str, list[int]]:
+        engine = LLMEngine(executor, step_timeout=step_timeout)
+        return engine.generate(prompts, max_new_tokens)
+
+    return workload

@@ -76,3 +76,12 @@ def test_demo_failure_is_one_json_object_and_a_nonzero_exit() -> None:
     report = _json_report(done)
     assert "tensor_parallel_size=3 must divide num_heads=4" in report["error"]
     assert report["outputs"] == {}
+
+
+def test_configuring_the_demo_parser_does_not_import_torch() -> None:
+    code = ("import argparse, sys, faultlab.demo; "
+            "faultlab.demo.configure(argparse.ArgumentParser()); "
+            "sys.exit('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr or "faultlab.demo imported torch at import time"

@@ -7,7 +7,7 @@ import pytest
 from model_helpers import PROMPTS, model_config
 
 from executor import MultiprocExecutor
-from faultlab.engine import EngineStats, LLMEngine
+from faultlab.engine import EngineStats, LLMEngine, generation_workload
 
 LATE_PROMPT = [5, 17, 300, 2, 41]
 
@@ -55,3 +55,9 @@ def test_each_request_stops_at_its_own_max_new_tokens() -> None:
         engine.run()
     assert {n: len(f.result(timeout=0)) for n, f in futures.items()} == {1: 1, 4: 4, 9: 9}
     assert engine.stats.generated_tokens == 14 and engine.stats.steps == 9
+
+
+def test_generation_workload_runs_the_engine_for_a_chaos_scenario() -> None:
+    workload = generation_workload({"w": LATE_PROMPT}, 4, step_timeout=10)
+    with MultiprocExecutor(model_config(tp=2)) as executor:
+        assert workload(executor) == {"w": _alone(LATE_PROMPT, 4)}

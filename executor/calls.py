@@ -50,10 +50,18 @@ class PendingCall:
     unique: bool  # unique_reply_rank was given: the result is that rank's value, not a list
     timeout: float | None
     deadline: float  # monotonic; inf when the call has no timeout
-    future: RpcFuture
+    future: RpcFuture | None  # None for a blocking call: its caller reads value/error itself
     aggregator: Callable[[list[Any]], Any] | None = None
     outcomes: list[tuple[bool, Any]] = dataclasses.field(default_factory=list)
     span: Any = None  # the driver's RPC span, when tracing
+    done: bool = False  # set once, by the thread holding the collector's lock (or a failure)
+    value: Any = None
+    error: BaseException | None = None
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class RpcFuture(Future):
@@ -73,7 +81,7 @@ class RpcFuture(Future):
         return super().exception(timeout=0)
 
     def _wait(self, timeout: float | None) -> None:
-        if not self.done() and self.call is not None:
+        if self.call is not None and not self.call.done:
             limit = _NO_LIMIT if timeout is None else time.monotonic() + timeout
             self._collector.drain_until(self.call, limit)
 
@@ -114,7 +122,7 @@ class ReplyCollector:
             if failure is not None:  # the queues may already be closed: never touch them
                 self.fail_all(ExecutorFailedError(str(failure)))
                 return
-            while not call.future.done() and self.pending:
+            while not call.done and self.pending:
                 if not self._collect(self.pending[0], limit):
                     return
                 self.pending.popleft()
@@ -136,8 +144,8 @@ class ReplyCollector:
         """Fail every pending call (they are dropped: the executor is dead)."""
         while self.pending:
             call = self.pending.popleft()
-            if not call.future.done():
-                self._resolve(call, error)
+            if not call.done:
+                self.resolve(call, error)
 
     def _collect(self, call: PendingCall, limit: float) -> bool:
         """Read the call's remaining replies; False if ``limit`` passed before its deadline."""
@@ -148,10 +156,10 @@ class ReplyCollector:
             if outcome is None:
                 if time.monotonic() < call.deadline:
                     return False
-                self._resolve(call, self._timeout_error(call, rank))
+                self.resolve(call, self.timeout_error(call, rank))
                 return True
             call.outcomes.append(outcome)
-        if not call.future.done():
+        if not call.done:
             self._resolve_outcomes(call)
         return True
 
@@ -210,7 +218,7 @@ class ReplyCollector:
         return error
 
     @staticmethod
-    def _timeout_error(call: PendingCall, rank: int) -> TimeoutError:
+    def timeout_error(call: PendingCall, rank: int) -> TimeoutError:
         return TimeoutError(
             f"collective_rpc({call.method!r}) timed out after {call.timeout:g} s "
             f"(rpc {call.rpc_id}) waiting for the reply of rank {rank}"
@@ -219,18 +227,22 @@ class ReplyCollector:
     def _resolve_outcomes(self, call: PendingCall) -> None:
         errors = [value for ok, value in call.outcomes if not ok]
         if errors:
-            self._resolve(call, errors[0])
+            self.resolve(call, errors[0])
             return
         values = [value for _, value in call.outcomes]
         if call.unique:
             result = values[0]
         else:
             result = call.aggregator(values) if call.aggregator is not None else values
-        self._resolve(call, None, result)
+        self.resolve(call, None, result)
 
-    def _resolve(self, call: PendingCall, error: BaseException | None, result: Any = None) -> None:
+    def resolve(self, call: PendingCall, error: BaseException | None, result: Any = None) -> None:
+        if call.done:
+            return
+        call.value, call.error, call.done = result, error, True
         self._on_resolved(call, error)
-        settle(call.future, result=result, error=error)
+        if call.future is not None:
+            settle(call.future, result=result, error=error)
 
 
 def _worker_error(rank: int, method: str, remote: RemoteError) -> WorkerError:

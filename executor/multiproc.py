@@ -30,7 +30,7 @@ from typing import Any
 
 import telemetry
 from executor import failpoints, shm
-from executor.calls import PendingCall, ReplyCollector, RpcFuture, settle
+from executor.calls import PendingCall, ReplyCollector, RpcFuture
 from executor.config import ExecutorConfig
 from executor.errors import ExecutorFailedError, RequestPicklingError
 from executor.launch import Wiring, WorkerHandle, start_workers, wait_ready
@@ -269,13 +269,13 @@ class MultiprocExecutor:
         """Run ``method`` on every worker; see DESIGN.md section 1 for the whole contract."""
         self._check_call(method, timeout, args, kwargs, unique_reply_rank)
         call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
-                            aggregator)
+                            aggregator, non_block)
         if non_block:
             return call.future
         self._collector.drain_until(call, call.deadline)
-        if not call.future.done():  # an earlier call held us up past our own deadline
-            settle(call.future, error=self._collector._timeout_error(call, call.ranks[0]))
-        return call.future.result()
+        if not call.done:  # an earlier call held us up past our own deadline
+            self._collector.resolve(call, self._collector.timeout_error(call, call.ranks[0]))
+        return call.outcome()
 
     def shutdown(self) -> None:
         """Stop every worker (grace, SIGTERM, SIGKILL) and release everything; idempotent."""
@@ -315,14 +315,15 @@ class MultiprocExecutor:
 
     def _submit(
         self, method: Any, timeout: float | None, args: tuple, kwargs: dict,
-        reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None,
+        reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None, non_block: bool,
     ) -> PendingCall:
         name = method if isinstance(method, str) else getattr(method, "__name__", "callable")
         deadline = float("inf") if timeout is None else time.monotonic() + timeout
         ranks = list(range(self.config.world_size)) if reply_rank is None else [reply_rank]
-        future = RpcFuture(self._collector)
+        future = RpcFuture(self._collector) if non_block else None
         call = PendingCall(0, name, ranks, reply_rank is not None, timeout, deadline, future, aggregator)
-        future.call = call
+        if future is not None:
+            future.call = call
         with self._send_lock:
             self._raise_failure()  # checked again under the lock: the queues may be closing
             call.rpc_id = next(self._ids)
@@ -431,8 +432,7 @@ class MultiprocExecutor:
         collector = getattr(self, "_collector", None)
         if collector is not None and self._failure is not None:
             for call in list(collector.pending):
-                if not call.future.done():
-                    collector._resolve(call, ExecutorFailedError(str(self._failure)))
+                collector.resolve(call, ExecutorFailedError(str(self._failure)))
 
     def _run_callbacks(self) -> None:
         with self._state_lock:

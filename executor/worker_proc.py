@@ -279,7 +279,11 @@ class WorkerProc:
             if must_reply:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
-        spans = _WorkerSpans(self.rec, trace, self.rank, msg_id, method, wait_ns, len(frame))
+        if self.rec.enabled and trace is not None:
+            spans: _WorkerSpans = _TracedSpans(self.rec, trace, self.rank, msg_id, method, wait_ns,
+                                               len(frame))
+        else:
+            spans = _NO_SPANS
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
         if must_reply:
             spans.reply_start()
@@ -292,14 +296,14 @@ class WorkerProc:
         try:
             if failpoints.ACTIVE:
                 failpoints.fire("worker.before_execute", rank=self.rank, msg_id=msg_id,
-                                method=spans.method_name)
+                                method=method_name(method))
             if isinstance(method, str):
                 result = _lookup(self.worker, method)(*args, **kwargs)
             else:
                 result = method(self.worker, *args, **kwargs)
             if failpoints.ACTIVE:
                 failpoints.fire("worker.after_execute", rank=self.rank, msg_id=msg_id,
-                                method=spans.method_name)
+                                method=method_name(method))
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a method is an error reply
             self._reraise_if_terminating(exc)
             spans.executed(exc)
@@ -365,32 +369,47 @@ def _annotated(exc: BaseException, what: str) -> RemoteError:
     return remote._replace(message=f"{what}: {remote.message}")
 
 
-class _WorkerSpans:
-    """The worker's spans for one call: dequeue, execute, reply enqueue; free when off."""
+def method_name(method: Any) -> str:
+    return method if isinstance(method, str) else getattr(method, "__name__", "callable")
 
+
+class _WorkerSpans:
+    """The worker's spans for one call: dequeue, execute, reply enqueue.  This base is the
+    tracing-off case and does nothing; one shared instance serves every call."""
+
+    def executed(self, error: BaseException | None) -> None:
+        pass
+
+    def reply_start(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+_NO_SPANS = _WorkerSpans()
+
+
+class _TracedSpans(_WorkerSpans):
     def __init__(
         self, rec: Any, trace: Any, rank: int, msg_id: int, method: Any, wait_ns: int, size: int
     ) -> None:
-        self.method_name = method if isinstance(method, str) else getattr(method, "__name__", "callable")
-        self._rec = rec if rec.enabled and trace is not None else None
-        if self._rec is None:
-            return
+        name = method_name(method)
+        self._rec = rec
         self._parent = telemetry.SpanContext.from_wire(trace)
-        self._attrs = {"faultlab.rank": rank, "rpc.method": self.method_name, "faultlab.rpc_id": msg_id}
-        dequeue = self._rec.start_span("worker.dequeue", self._parent, dict(
-            self._attrs, **{"faultlab.queue.wait_ns": wait_ns, "messaging.message.body.size": size}))
+        self._attrs = {"faultlab.rank": rank, "rpc.method": name, "faultlab.rpc_id": msg_id}
+        dequeue = rec.start_span("worker.dequeue", self._parent, {
+            **self._attrs, "faultlab.queue.wait_ns": wait_ns, "messaging.message.body.size": size})
         dequeue.end()
-        self._execute = self._rec.start_span(f"worker.execute {self.method_name}", self._parent, self._attrs)
+        self._execute = rec.start_span(f"worker.execute {name}", self._parent, self._attrs)
         self._enqueue: Any = None
 
     def executed(self, error: BaseException | None) -> None:
-        if self._rec is not None:
-            self._execute.end(error)
+        self._execute.end(error)
 
     def reply_start(self) -> None:
-        if self._rec is not None:
-            self._enqueue = self._rec.start_span("worker.reply_enqueue", self._parent, self._attrs)
+        self._enqueue = self._rec.start_span("worker.reply_enqueue", self._parent, self._attrs)
 
     def finish(self) -> None:
-        if self._rec is not None and self._enqueue is not None:
+        if self._enqueue is not None:
             self._enqueue.end()

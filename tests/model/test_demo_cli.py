@@ -4,6 +4,7 @@ stderr, the same tokens on every layout, and no worker left behind afterwards.""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -19,8 +20,14 @@ SEED = 424243
 
 
 def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``faultlab demo``; check it left no shared-memory segment named after it."""
     command = [sys.executable, "-m", "faultlab.cli", "demo", "--seed", str(SEED), *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=90)
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        stdout, stderr = proc.communicate(timeout=90)
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(f"faultlab_{proc.pid}_")]
+    assert not left, f"the demo left shared memory behind: {left}"
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def _json_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:

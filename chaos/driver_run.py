@@ -50,7 +50,11 @@ def run_with_driver_process(cfg: ExecutorConfig, workload: Any, plan: FaultPlan,
     with open(out / "driver.log", "wb") as log:
         child = subprocess.Popen([sys.executable, "-m", "chaos.driver_run", str(spec)],
                                  stdout=subprocess.PIPE, stderr=log, env=env)
-        violations, pids, killed = _supervise(child, ctl, resolved, bounds, bounds.workload_s)
+        try:
+            violations, pids, killed = _supervise(child, ctl, resolved, bounds, bounds.workload_s)
+        finally:
+            if child.stdout is not None:
+                child.stdout.close()
     timeline = annotate(ctl.timeline(), resolved)
     outcome = Outcome.EXIT_CLEAN if killed and not violations else None
     return ScenarioResult(

@@ -64,6 +64,7 @@ _REC_SHIFT = j.RECORD_SIZE.bit_length() - 1
 assert 1 << _REC_SHIFT == j.RECORD_SIZE
 _SPAN_START, _SPAN_END, _ATTRIBUTE = j.SPAN_START, j.SPAN_END, j.ATTRIBUTE
 _FLAG_SAMPLED, _OWNER_SPAN, _VT_STR, _VT_INT = j.FLAG_SAMPLED, j.OWNER_SPAN, j.VT_STR, j.VT_INT
+_VT_BOOL, _VT_FLOAT = j.VT_BOOL, j.VT_FLOAT
 _MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
 _MAX_INTERNED = 50_000
 
@@ -207,6 +208,10 @@ class Recorder:
                     vtype, raw = _VT_STR, strings.get(value) or self._intern(value)
                 elif kind is int and _MIN_I64 <= value <= _MAX_I64:
                     vtype, raw = _VT_INT, value
+                elif kind is bool:
+                    vtype, raw = _VT_BOOL, value
+                elif kind is float:
+                    vtype, raw, packer = _VT_FLOAT, value, _pack_attr_float
                 else:
                     vtype, raw, packer = self._encode_value(value)
                 # inlined JournalWriter.reserve()
@@ -222,10 +227,12 @@ class Recorder:
 
     def _encode_value(self, value: Any) -> tuple[int, Any, Any]:
         """Value type, packed value and packer for the less common attribute types."""
-        if type(value) is bool:
+        if isinstance(value, bool):
             return j.VT_BOOL, int(value), _pack_attr_int
-        if type(value) is float:
-            return j.VT_FLOAT, value, _pack_attr_float
+        if isinstance(value, float):
+            return j.VT_FLOAT, float(value), _pack_attr_float
+        if isinstance(value, int) and _MIN_I64 <= value <= _MAX_I64:
+            return j.VT_INT, int(value), _pack_attr_int
         if isinstance(value, list | tuple):
             return j.VT_JSON, self._intern(json.dumps(list(value), default=str)), _pack_attr_int
         return j.VT_STR, self._intern(str(value)), _pack_attr_int

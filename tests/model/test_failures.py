@@ -61,6 +61,25 @@ def test_killed_rank_fails_every_pending_request(tp: int, pp: int, rank: int) ->
         engine.add_request("late", [1, 2, 3], 4)
 
 
+def test_killing_a_stopped_rank_frees_its_peer_waiting_in_all_reduce() -> None:
+    """SIGSTOP first, so rank 0 is surely blocked in the step's all-reduce; then SIGKILL."""
+    with MultiprocExecutor(model_config(tp=2)) as executor:
+        engine = LLMEngine(executor, step_timeout=30)
+        futures = _add_long_requests(engine)
+        pid = executor.worker_pids[1]
+        timers = [signal_later(pid, signal.SIGSTOP, FAULT_AFTER_S),
+                  signal_later(pid, signal.SIGKILL, FAULT_AFTER_S + 0.5)]
+        started = time.monotonic()
+        with pytest.raises(EngineFailedError) as failure:
+            engine.run()
+        for timer in timers:
+            timer.join()
+        assert time.monotonic() - started < FAULT_AFTER_S + 0.5 + DETECTION_BOUND_S
+    expected = f"worker rank 1 (pid {pid}) was killed by SIGKILL"
+    assert expected in str(failure.value)
+    _assert_all_failed(futures, expected)
+
+
 def test_stopped_rank_is_caught_by_the_step_timeout() -> None:
     step_timeout = 1.0
     with MultiprocExecutor(model_config(tp=2)) as executor:

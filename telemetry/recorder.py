@@ -56,7 +56,6 @@ _pack_end = j.SPAN_END_S.pack_into
 _pack_attr_int = j.ATTR_INT_S.pack_into
 _pack_attr_float = j.ATTR_FLOAT_S.pack_into
 _time_ns = time.time_ns
-_get_ident = _thread.get_ident
 _TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
 # Journal constants as plain globals: the hot path reads them without an attribute lookup.
 _SEG_BITS, _MASK, _HDR = j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE
@@ -80,7 +79,9 @@ class Recorder:
         self.run_dir: Path | None = None
         self._writer: j.JournalWriter | None = None
         self._strings: dict[str, int] = {}
-        self._tids: dict[int, int] = {}  # threading ident -> native thread id, this journal
+        # Per thread: its native id, once its THREAD record is in this journal.  Thread-local,
+        # not a dict keyed by ident: idents are reused as soon as a thread exits.
+        self._thread_local = _thread._local()
         self._string_ids = itertools.count(1)  # 0 means "no string"
         self._event_seq = itertools.count(1)
         self._rng = random.Random()
@@ -117,7 +118,10 @@ class Recorder:
         if writer is None:
             return NonRecordingSpan(trace_id, span_id)
         try:
-            tid = self._tids.get(_get_ident()) or self._register_thread()
+            try:
+                tid = self._thread_local.tid
+            except AttributeError:  # this thread's first span in this journal
+                tid = self._register_thread()
             name_id = self._strings.get(name) or self._intern(name)
             # inlined JournalWriter.reserve()
             idx = next(writer.slots)
@@ -172,7 +176,7 @@ class Recorder:
             mm, off = writer.reserve()
             j.THREAD_S.pack_into(mm, off + 1, 0, 0, name_id, tid)
             mm[off] = j.THREAD
-        self._tids[_get_ident()] = tid
+        self._thread_local.tid = tid
         return tid
 
     def write_event(self, span_id: int, name: str, attributes: dict[str, AttrValue] | None) -> None:
@@ -278,7 +282,7 @@ class Recorder:
         self._pid = os.getpid()
         self._rng.seed(int.from_bytes(os.urandom(16), "little") ^ self._pid)
         self._strings = {}
-        self._tids = {}
+        self._thread_local = _thread._local()
         self._string_ids = itertools.count(1)  # 0 means "no string"
         self._event_seq = itertools.count(1)
         self._parent_based, self._root_bound = root_sampling(

@@ -42,6 +42,8 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "tp2": {"tp": 2, "pp": 1, "async_scheduling": False},
     "pp2": {"tp": 1, "pp": 2, "async_scheduling": False},
     "tp1-async": {"tp": 1, "pp": 1, "async_scheduling": True},
+    # What the one-thread default buys (besides batch-independent tokens) on a small machine.
+    "tp1-2threads": {"tp": 1, "pp": 1, "async_scheduling": False, "torch_threads": 2},
 }
 
 
@@ -51,7 +53,7 @@ def executor_config(worker: str, layout: dict[str, Any]) -> Any:
     return ExecutorConfig(worker=worker, tensor_parallel_size=layout["tp"],
                           pipeline_parallel_size=layout["pp"],
                           async_scheduling=layout["async_scheduling"],
-                          worker_kwargs={"seed": 0})
+                          worker_kwargs={"seed": 0, "torch_threads": layout.get("torch_threads", 1)})
 
 
 def run_engine(layout: dict[str, Any], prompts: dict[str, list[int]],
@@ -173,7 +175,7 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         f"`python bench/bench_model.py` — {args.requests} requests x {args.tokens} new tokens, "
         f"median of {args.repeats} runs; model: vocab 512, hidden 128, 4 layers, 4 heads, "
-        f"float32, 1 torch thread per worker. Machine: {info['nproc']} cores, Python "
+        f"float32, 1 torch thread per worker unless named. Machine: {info['nproc']} cores, Python "
         f"{info['python']}, {info['date']}, load {info.get('loadavg', 'n/a')}.", "",
         markdown_table(HEADER, rows(results)), "",
         "Step times are medians over decode steps (one token per request). *executor* = "

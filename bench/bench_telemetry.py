@@ -4,7 +4,7 @@ Each configuration runs in its own fresh interpreter (the recorder is configured
 environment once per process), times ``REPEATS`` batches of ``SPANS`` start+end pairs, and
 reports the median batch's cost per span in microseconds.
 
-    python bench/bench_telemetry.py [--spans N] [--repeats R] [--append bench/RESULTS.md]
+    python bench/bench_telemetry.py [--spans N] [--repeats R] [--rounds K] [--append FILE]
 
 Configurations:
   off              tracing off: the executor's ``if rec.enabled:`` guard around a span
@@ -15,6 +15,7 @@ Configurations:
   sdk 1%           plain SDK TracerProvider, TraceIdRatioBased(0.01), BatchSpanProcessor
   sdk 100%         plain SDK, BatchSpanProcessor + OTLP/HTTP exporter to a local sink
   sdk 100% +3a     the same with three attributes per span
+  sdk 100% no-op exporter  BatchSpanProcessor whose exporter drops batches: SDK span cost alone
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-ATTRS = {"rpc.method": "echo", "faultlab.rpc_id": 7, "faultlab.non_block": False}
+ATTRS: dict[str, Any] = {"rpc.method": "echo", "faultlab.rpc_id": 7, "faultlab.non_block": False}
 CONFIGS: dict[str, dict[str, str]] = {
     "off": {},
     "journal 1%": {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"},
@@ -43,6 +44,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "sdk 1%": {},
     "sdk 100%": {},
     "sdk 100% +3a": {},
+    "sdk 100% no-op exporter": {},
 }
 
 
@@ -89,16 +91,28 @@ def _recorder_case(name: str) -> Callable[[], None]:
     return one
 
 
+def _drop_exporter_class() -> type:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class DropExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    return DropExporter
+
+
 def _sdk_case(name: str, endpoint: str) -> Callable[[], None]:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
     from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
     sampler = TraceIdRatioBased(0.01) if "1%" in name else None
     provider = TracerProvider(sampler=sampler)
-    provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    exporter: SpanExporter = OTLPSpanExporter(endpoint=endpoint + "/v1/traces")
+    if name.endswith("no-op exporter"):
+        exporter = _drop_exporter_class()()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     tracer = provider.get_tracer("bench")
     attrs = ATTRS if name.endswith("+3a") else None
 
@@ -110,42 +124,58 @@ def _sdk_case(name: str, endpoint: str) -> Callable[[], None]:
 
 
 def run_child(name: str, spans: int, repeats: int) -> dict[str, Any]:
-    server, endpoint = _start_sink()
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    """One configuration, in this fresh interpreter; the OTLP sink runs in the parent."""
+    endpoint = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     one = _sdk_case(name, endpoint) if name.startswith("sdk") else _recorder_case(name)
     per_span = _time_batches(one, spans, repeats)
     if not name.startswith("sdk"):
         import telemetry
 
         telemetry.shutdown()
-    server.shutdown()
-    return {"name": name, "median_us": statistics.median(per_span), "min_us": min(per_span)}
+    return {"name": name, "per_span": per_span}
 
 
-def run_all(spans: int, repeats: int) -> list[dict[str, Any]]:
+def run_all(spans: int, repeats: int, rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` passes over every configuration, interleaved so load drift hits all alike."""
+    batches: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    server, endpoint = _start_sink()  # in this process, so it does not slow the measured one
+    try:
+        for _ in range(rounds):
+            for name, extra in CONFIGS.items():
+                config_env = {**extra, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+                batches[name].extend(_run_config(name, config_env, spans, repeats))
+    finally:
+        server.shutdown()
     results = []
-    for name, extra in CONFIGS.items():
-        with tempfile.TemporaryDirectory(prefix="faultlab-bench-") as run_dir:
-            env = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("OTEL_", "FAULTLAB_TRACE"))}
-            env.update(extra)
-            if name.startswith("journal"):
-                env["FAULTLAB_TRACE_DIR"] = run_dir
-            cmd = [sys.executable, __file__, "--child", name, "--spans", str(spans),
-                   "--repeats", str(repeats)]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"{name:20s} median {results[-1]['median_us']:7.2f} µs/span", file=sys.stderr)
+    for name, per_span in batches.items():
+        results.append({"name": name, "median_us": statistics.median(per_span),
+                        "min_us": min(per_span)})
+        print(f"{name:20s} median {results[-1]['median_us']:7.2f} µs/span", file=sys.stderr)
     return results
 
 
-def markdown(results: list[dict[str, Any]], spans: int, repeats: int) -> str:
+def _run_config(name: str, extra: dict[str, str], spans: int, repeats: int) -> list[float]:
+    with tempfile.TemporaryDirectory(prefix="faultlab-bench-") as run_dir:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OTEL_", "FAULTLAB_TRACE"))}
+        env.update(extra)
+        if name.startswith("journal"):
+            env["FAULTLAB_TRACE_DIR"] = run_dir
+        cmd = [sys.executable, __file__, "--child", name, "--spans", str(spans),
+               "--repeats", str(repeats)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        per_span: list[float] = json.loads(out.stdout.strip().splitlines()[-1])["per_span"]
+        return per_span
+
+
+def markdown(results: list[dict[str, Any]], spans: int, repeats: int, rounds: int) -> str:
     base = next(r["median_us"] for r in results if r["name"] == "sdk 100%")
     lines = [
         "## Telemetry",
         "",
-        f"`bench/bench_telemetry.py`: cost of one span (start + end), median of {repeats} "
-        f"batches of {spans} spans, each configuration in a fresh interpreter; "
+        f"`bench/bench_telemetry.py`: cost of one span (start + end), median of "
+        f"{rounds} rounds x {repeats} batches of {spans} spans, each round of each "
+        "configuration in a fresh interpreter, rounds interleaved; "
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.",
         "",
@@ -161,15 +191,16 @@ def markdown(results: list[dict[str, Any]], spans: int, repeats: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--append", default=None, help="append a markdown section to FILE")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_child(args.child, args.spans, args.repeats)))
         return 0
-    results = run_all(args.spans, args.repeats)
-    text = markdown(results, args.spans, args.repeats)
+    results = run_all(args.spans, args.repeats, args.rounds)
+    text = markdown(results, args.spans, args.repeats, args.rounds)
     print(text)
     if args.append:
         with open(args.append, "a", encoding="utf-8") as f:

@@ -2,7 +2,7 @@
 
 Data flow::
 
-    journal-*.bin ──► JournalTail.poll() ──► iter_records ──► JournalDecoder.feed()
+    journal-*.bin ──► JournalTail.poll() (pread) ──► JournalDecoder.feed(record)
                                                                  │
                       RecordedSpan (ended)  ◄── pop_finished() ──┤
                       RecordedSpan (open, truncated) ◄── open_spans()

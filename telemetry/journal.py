@@ -3,7 +3,7 @@
 Data flow::
 
     hot path (any thread)                  page cache              reader (any process)
-    JournalWriter.reserve() -> slot  ──►  journal-*.bin (mmap)  ──►  find_journals/iter_records
+    JournalWriter.reserve() -> slot  ──►  journal-*.bin (mmap)  ──►  find_journals + pread
     Struct.pack_into(mm, offset + 1)      outlives SIGKILL          -> assemble.SpanAssembler
     mm[offset] = kind  (commit mark)
 
@@ -34,10 +34,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-
-import numpy as np
 
 MAGIC = b"FLJRNL01"
 VERSION = 1
@@ -218,25 +215,11 @@ def find_journals(run_dir: Path) -> list[JournalFile]:
         if 0 not in segs:
             continue
         try:
-            header = JournalHeader.unpack(segs[0].read_bytes()[:HEADER_S.size])
-        except (ValueError, struct.error):
+            with open(segs[0], "rb") as f:
+                header = JournalHeader.unpack(f.read(HEADER_S.size))
+        except (ValueError, struct.error, OSError):
             continue  # a foreign or half-created file
         ordered = [segs[i] for i in range(len(segs)) if i in segs]
         journals.append(JournalFile(header, ordered))
     return journals
 
-
-def iter_records(data: bytes | memoryview, first_slot: int = 0) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(slot, raw record)`` for every committed record of one segment's bytes."""
-    body = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE) if len(data) > HEADER_SIZE \
-        else np.zeros(0, np.uint8)
-    count = len(body) // RECORD_SIZE
-    kinds = body[: count * RECORD_SIZE : RECORD_SIZE]
-    for slot in np.flatnonzero(kinds).tolist():
-        start = HEADER_SIZE + slot * RECORD_SIZE
-        yield first_slot + slot, bytes(data[start : start + RECORD_SIZE])
-
-
-def read_segment(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()

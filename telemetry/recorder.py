@@ -49,7 +49,6 @@ from telemetry.span import (
     root_sampling,
 )
 
-AttrValue = str | int | float | bool
 _M64 = (1 << 64) - 1
 _pack_start = j.SPAN_START_S.pack_into
 _pack_end = j.SPAN_END_S.pack_into
@@ -98,7 +97,7 @@ class Recorder:
 
     def start_span(
         self, name: str, parent: SpanContext | None = None,
-        attributes: dict[str, AttrValue] | None = None,
+        attributes: Mapping[str, Any] | None = None,
     ) -> Span | NonRecordingSpan:
         bits = self._bits
         if parent is None:
@@ -140,7 +139,7 @@ class Recorder:
         return span
 
     def event(
-        self, name: str, attributes: dict[str, AttrValue] | None = None,
+        self, name: str, attributes: Mapping[str, Any] | None = None,
         parent: SpanContext | None = None,
     ) -> SpanContext:
         """Record a point in time as its own zero-length span; return its context."""
@@ -179,7 +178,7 @@ class Recorder:
         self._thread_local.tid = tid
         return tid
 
-    def write_event(self, span_id: int, name: str, attributes: dict[str, AttrValue] | None) -> None:
+    def write_event(self, span_id: int, name: str, attributes: Mapping[str, Any] | None) -> None:
         writer = self._writer
         if writer is None:
             return
@@ -197,7 +196,9 @@ class Recorder:
     def write_attribute(self, owner_kind: int, owner: int, key: str, value: Any) -> None:
         self.write_attributes(owner_kind, owner, {key: value})
 
-    def write_attributes(self, owner_kind: int, owner: int, attributes: dict[str, Any]) -> None:
+    def write_attributes(
+        self, owner_kind: int, owner: int, attributes: Mapping[str, Any],
+    ) -> None:
         """One ATTRIBUTE record per item; str and int values take the inlined fast path."""
         writer = self._writer
         if writer is None:

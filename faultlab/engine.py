@@ -291,7 +291,8 @@ class LLMEngine:
         self._in_flight.clear()
 
     def _failed_step(self) -> int:
-        return self._in_flight[0].batch.step_id if self._in_flight else self._next_step_id
+        """The oldest batch in flight, else the last one made (a blocking call failed)."""
+        return self._in_flight[0].batch.step_id if self._in_flight else self._next_step_id - 1
 
     def _describe(self, cause: BaseException) -> str:
         """Lead with the executor's own failure when it has one: it names the dead rank."""

@@ -123,3 +123,18 @@ def test_one_rank_failing_to_load_fails_start_up(fail_when: str, message: str) -
     assert time.monotonic() - started < 15
     text = str(failure.value)
     assert "rank 1" in text and message in text and "model_helpers.py" in text
+
+
+def test_a_model_error_fails_every_pending_request_naming_the_rank() -> None:
+    """A request too long for the model: every rank refuses the step, the executor lives."""
+    with MultiprocExecutor(model_config(tp=2, worker_kwargs={"max_positions": 16})) as executor:
+        engine = LLMEngine(executor, step_timeout=30)
+        futures = [engine.add_request("short", [1, 2], 4),
+                   engine.add_request("long", list(range(20)), 4)]
+        with pytest.raises(EngineFailedError) as failure:
+            engine.run()
+        assert not executor.is_failed
+    text = str(failure.value)
+    assert text.startswith("engine failed at step 0: WorkerError: rank 0"), text
+    assert "20 tokens exceed max_positions=16" in text
+    _assert_all_failed(futures, "exceed max_positions=16")

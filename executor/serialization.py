@@ -4,9 +4,10 @@
     header = msg kind · reply rank · k · len(pickle) │ len(buffer 1..k)
 
 Large binary payloads do not get copied into the pickle stream: pickle protocol 5 hands
-``bytes``-like buffers, numpy arrays and (through ``reducer_override``) contiguous CPU
-torch tensors to ``buffer_callback``, and the queue copies each buffer once into shared
-memory.  The reader rebuilds them as views of its one received bytearray.
+numpy arrays, contiguous CPU torch tensors (through the pickler's dispatch table) and large
+``bytes``/``bytearray`` values (wrapped before pickling, since the C pickler has no hook
+for them) to ``buffer_callback``, and the queue copies each buffer once into shared memory.
+The reader rebuilds arrays and tensors as views of its one received bytearray.
 
 Callables (and anything else plain pickle refuses, such as lambdas) go through cloudpickle.
 Values are pickled completely before any byte is sent, so a pickling failure never leaves
@@ -111,9 +112,53 @@ def _keep_large(buffers: list[pickle.PickleBuffer]) -> Callable[[pickle.PickleBu
     return callback
 
 
+def _rebuild_bytes(kind: type, data: memoryview) -> bytes | bytearray:
+    return kind(data)
+
+
+class _OutOfBand:
+    """Stands in for a large bytes/bytearray so that pickle hands it over out of band.
+
+    The C pickler writes exact ``bytes`` straight into the stream and consults no hook for
+    them, so large ones are swapped for this wrapper before pickling (a shallow walk).
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _rebuild_bytes, (type(self.data), pickle.PickleBuffer(self.data))
+
+
+_WALKED = frozenset({bytes, bytearray, tuple, list, dict})
+
+
+def _lift(obj: Any, depth: int = 3) -> Any:
+    """``obj`` with large bytes (inside tuples, lists and dict values) wrapped out of band."""
+    kind = type(obj)
+    if kind is bytes or kind is bytearray:
+        return _OutOfBand(obj) if len(obj) >= _SMALL else obj
+    if not depth:
+        return obj
+    if kind is tuple or kind is list:
+        for i, item in enumerate(obj):
+            if type(item) in _WALKED and (new := _lift(item, depth - 1)) is not item:
+                items = list(obj)
+                items[i] = new
+                items[i + 1 :] = [_lift(rest, depth - 1) for rest in obj[i + 1 :]]
+                return kind(items)
+    elif kind is dict:
+        for value in obj.values():
+            if type(value) in _WALKED and _lift(value, depth - 1) is not value:
+                return {k: _lift(v, depth - 1) for k, v in obj.items()}
+    return obj
+
+
 def encode(kind: int, reply_rank: int, obj: Any) -> list[Any]:
     """Frame parts for the queue: header, pickle, then each out-of-band buffer."""
-    body, buffers = dumps(obj)
+    body, buffers = dumps(_lift(obj))
     if not buffers:
         return [_HEAD.pack(kind, reply_rank, 0, len(body)), body]
     raws = [b.raw() for b in buffers]

@@ -34,8 +34,9 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
-import zlib
 from collections.abc import Callable, Sequence
+
+import xxhash
 
 from executor import failpoints
 from executor.errors import CorruptMessageError, QueueCorruptedError, QueueFullError
@@ -53,6 +54,11 @@ _META_CRC = 44  # offset of meta_crc; it covers bytes 8..44
 _READ_FLAGS = 48
 
 FIRST, LAST, ABORT, CHECKED = 1, 2, 4, 8
+
+
+def _digest(data: memoryview | bytes | bytearray) -> int:
+    """A 32-bit check value: xxh3 runs at ~10 GB/s here, CRC32 at ~2."""
+    return xxhash.xxh3_64_intdigest(data) & 0xFFFFFFFF
 
 
 def _align(n: int, to: int) -> int:
@@ -250,9 +256,9 @@ class QueueWriter:
         crc = 0
         if self._checksum:
             data = self.ring.datas[index]
-            crc, flags = zlib.crc32(buf[data : data + length]), flags | CHECKED
+            crc, flags = _digest(buf[data : data + length]), flags | CHECKED
         _META.pack_into(buf, base + _META_FIELDS, self._seq, msg_id, total, length, flags, crc)
-        _U32.pack_into(buf, base + _META_CRC, zlib.crc32(buf[base + _META_FIELDS : base + _META_CRC]))
+        _U32.pack_into(buf, base + _META_CRC, _digest(buf[base + _META_FIELDS : base + _META_CRC]))
         buf[base + _READ_FLAGS : base + _READ_FLAGS + len(self._no_reads)] = self._no_reads
         if failpoints.ACTIVE:  # the chunk is complete but not yet visible: damage goes here
             failpoints.fire("queue.before_publish", queue=self.spec.name, ring=self.ring,
@@ -324,10 +330,12 @@ class QueueReader:
         partial = self._partial
         if partial is None or partial.msg_id != msg_id or partial.pos + length > total:
             raise self._fatal(index, "a continuation chunk does not belong to the open message")
-        data = self.ring.data(index)
-        partial.out[partial.pos : partial.pos + length] = self.ring.buf[data : data + length]
+        data = self.ring.datas[index]
+        # Through a memoryview: bytearray slice assignment would copy the source twice.
+        with memoryview(partial.out) as out:
+            out[partial.pos : partial.pos + length] = self.ring.buf[data : data + length]
         self._release(index)
-        if flags & CHECKED and crc != zlib.crc32(partial.out[partial.pos : partial.pos + length]):
+        if flags & CHECKED and crc != _digest(partial.out[partial.pos : partial.pos + length]):
             partial.damaged = partial.damaged or f"chunk {index} failed its checksum"
         partial.pos += length
         if not flags & LAST:
@@ -343,7 +351,7 @@ class QueueReader:
         data = self.ring.datas[index]
         out = bytes(self.ring.buf[data : data + length])
         self._release(index)
-        if flags & CHECKED and crc != zlib.crc32(out):
+        if flags & CHECKED and crc != _digest(out):
             raise self._damaged(msg_id, f"chunk {index} failed its checksum")
         return msg_id, out
 
@@ -370,7 +378,7 @@ class QueueReader:
             seq, msg_id, total, length, flags, crc, meta_crc = _META_ALL.unpack_from(
                 buf, base + _META_FIELDS
             )
-        if meta_crc != zlib.crc32(buf[base + _META_FIELDS : base + _META_CRC]):
+        if meta_crc != _digest(buf[base + _META_FIELDS : base + _META_CRC]):
             raise self._fatal(index, "chunk metadata failed its checksum")
         if length > self._chunk_bytes:
             raise self._fatal(index, f"chunk length {length} exceeds the chunk size")

@@ -48,3 +48,14 @@ def test_blocking_call_behind_a_slow_future_keeps_its_own_deadline(executor: Mul
         executor.collective_rpc("echo", args=(1,), timeout=0.2)
     assert time.monotonic() - start < 0.2 + SLACK
     assert slow.result(timeout=10) == [1.5, 1.5]
+
+
+def test_writer_gives_up_on_a_reader_that_does_not_read(make_executor) -> None:  # type: ignore[no-untyped-def]
+    ex = make_executor(chunk_bytes=64 << 10, n_chunks=2, enqueue_timeout=0.5)
+    only_rank_1_sleeps = lambda w: time.sleep(2 if w.rank == 1 else 0) or w.rank  # noqa: E731
+    busy = ex.collective_rpc(only_rank_1_sleeps, non_block=True)
+    with pytest.raises(TimeoutError, match=r"reader\(s\) \[1\]"):
+        ex.collective_rpc("nbytes", args=(bytes(1 << 20),))
+    assert busy.result(timeout=30) == [0, 1]
+    # The half-sent message was closed with an abort marker: the queue is still in step.
+    assert ex.collective_rpc("echo", args=("after",), timeout=30) == ["after", "after"]

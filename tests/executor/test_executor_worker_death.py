@@ -75,3 +75,24 @@ def test_pending_futures_fail_when_a_worker_dies(executor: MultiprocExecutor) ->
 def test_check_health_passes_while_workers_live(executor: MultiprocExecutor) -> None:
     executor.check_health()
     assert not executor.is_failed
+
+
+def test_worker_death_while_a_large_request_streams(make_executor) -> None:  # type: ignore[no-untyped-def]
+    ex = make_executor(chunk_bytes=64 << 10, n_chunks=4)
+    ex.collective_rpc("sleep", args=(30,), unique_reply_rank=0, non_block=True)  # rank 0 stops reading
+    big = bytes(8 << 20)  # 128 chunks through a 4-chunk ring: the writer waits on rank 0
+    threading.Timer(0.3, os.kill, args=(ex.worker_pids[0], signal.SIGKILL)).start()
+    start = time.monotonic()
+    with pytest.raises(ExecutorFailedError, match="rank 0"):
+        ex.collective_rpc("nbytes", args=(big,), timeout=60)
+    assert time.monotonic() - start < 10
+
+
+def test_worker_death_while_a_large_reply_streams(make_executor) -> None:  # type: ignore[no-untyped-def]
+    ex = make_executor(chunk_bytes=64 << 10, n_chunks=4)
+    big_then_die = lambda w: bytes(32 << 20) if w.rank == 1 else None  # noqa: E731
+    future = ex.collective_rpc(big_then_die, non_block=True)  # nobody reads: rank 1's ring fills
+    time.sleep(0.5)
+    os.kill(ex.worker_pids[1], signal.SIGKILL)
+    with pytest.raises(ExecutorFailedError, match="rank 1"):
+        future.result(timeout=30)

@@ -83,7 +83,7 @@ def _send(run_dir: Path, endpoint: str | None, protocol: str | None) -> int:
     protocol = protocol or Settings.from_env().protocol
     exporter = make_exporter("otlp", protocol, endpoint)
     try:
-        ok = export_spans(exporter, to_readable_spans(spans))
+        ok = export_spans(exporter, to_readable_spans(spans)) == len(spans)
     finally:
         exporter.shutdown()
     where = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") \

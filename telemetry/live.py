@@ -5,22 +5,30 @@ Data flow::
     run_dir/journal-*.bin (driver and every worker)
         │  every OTEL_BSP_SCHEDULE_DELAY ms
         ▼
-    LiveExporter._export_pass: JournalTail.poll ─► ended spans ─► ReadableSpan ─► SDK exporter
-        stop(): one final pass that also exports spans still open, marked truncated
+    LiveExporter._export_pass: JournalTail.poll ─► ended spans ─► backlog ─► SDK exporter
+        stop(): one final pass that also exports spans still open, marked truncated,
+                bounded by OTEL_BSP_EXPORT_TIMEOUT (default 3 s) even if the collector is down
 
 Invariants:
 
 - Only journals created since the owner was configured are exported: a reused run
   directory does not replay an older run.
-- Each span is exported at most once (a tail hands out each ended span once).
+- Each span is exported at most once (a tail hands out each ended span once; the backlog
+  holds only spans the collector has not accepted yet).
 - Spans of a worker killed mid-run are exported too: its journal outlives it, and the
   tail reads past its last, possibly torn, record once the worker is gone.
-- Only the export thread touches the tails and the exporter until ``stop`` joins it.
+- A collector that is down never stalls the owner for long: a pass stops at the first
+  refused batch and keeps the rest for later; ``stop`` shuts the exporter down (which
+  ends its retries) when the final flush overruns its budget.  The journal keeps every
+  span anyway: ``faultlab trace send`` replays it.
+- Only the export thread touches the tails, the backlog and the exporter until ``stop``
+  has joined it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -30,6 +38,7 @@ from telemetry.config import Settings
 from telemetry.otel import export_spans, make_exporter, to_readable_spans
 
 log = logging.getLogger(__name__)
+MAX_BACKLOG = 50_000  # spans kept for retry while the collector is unreachable
 
 
 class LiveExporter:
@@ -40,9 +49,12 @@ class LiveExporter:
         self.settings = settings
         self.since_ns = since_ns
         self.exported = 0
-        self.failed_batches = 0
-        self._tails: dict[int, JournalTail] = {}  # incarnation -> tail; export thread only
+        self.dropped = 0
+        self._tails: dict[int, JournalTail] = {}  # incarnation -> tail
+        self._backlog: list[RecordedSpan] = []
         self._exporter = make_exporter(settings.exporter, settings.protocol)
+        self._exporter_closed = False
+        self._close_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="faultlab-trace-export", daemon=True)
@@ -53,12 +65,27 @@ class LiveExporter:
     def stop(self) -> None:
         """Stop the thread, export everything left (open spans as truncated), shut down."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        watchdog = threading.Timer(_final_flush_budget_s(), self._close_exporter)
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            self._export_pass(final=True)
+            if self._thread.is_alive():
+                self._thread.join()
+            if not self._exporter_closed:
+                self._export_pass(final=True)
         finally:
-            self._exporter.shutdown()
+            watchdog.cancel()
+            self._close_exporter()
+        if self._backlog:
+            self.dropped += len(self._backlog)
+            log.warning("%d spans were not exported live; they stay in %s "
+                        "(faultlab trace send replays them)", len(self._backlog), self.run_dir)
+
+    def _close_exporter(self) -> None:
+        with self._close_lock:
+            if not self._exporter_closed:
+                self._exporter_closed = True
+                self._exporter.shutdown()
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.export_interval_s):
@@ -69,14 +96,17 @@ class LiveExporter:
 
     def _export_pass(self, final: bool) -> None:
         self._discover()
-        spans: list[RecordedSpan] = []
         for tail in self._tails.values():
             tail.poll(final=final)
-            spans.extend(tail.decoder.pop_finished())
+            self._backlog.extend(tail.decoder.pop_finished())
             if final:
-                spans.extend(tail.decoder.open_spans())
-        if spans:
-            self._send(spans)
+                self._backlog.extend(tail.decoder.open_spans())
+        if len(self._backlog) > MAX_BACKLOG:
+            excess = len(self._backlog) - MAX_BACKLOG
+            self.dropped += excess
+            del self._backlog[:excess]
+        if self._backlog:
+            self._send()
 
     def _discover(self) -> None:
         for journal in j.find_journals(self.run_dir):
@@ -84,10 +114,17 @@ class LiveExporter:
             if header.incarnation not in self._tails and header.created_ns >= self.since_ns:
                 self._tails[header.incarnation] = JournalTail(journal)
 
-    def _send(self, spans: list[RecordedSpan]) -> None:
-        if export_spans(self._exporter, to_readable_spans(spans)):
-            self.exported += len(spans)
-        else:
-            self.failed_batches += 1
-            log.warning("OTLP export of %d spans failed; they stay in %s", len(spans),
-                        self.run_dir)
+    def _send(self) -> None:
+        sent = export_spans(self._exporter, to_readable_spans(self._backlog))
+        self.exported += sent
+        del self._backlog[:sent]
+        if self._backlog:
+            log.warning("OTLP export refused or failed; %d spans wait for the next pass",
+                        len(self._backlog))
+
+
+def _final_flush_budget_s() -> float:
+    try:
+        return max(0.1, float(os.environ.get("OTEL_BSP_EXPORT_TIMEOUT", "3000")) / 1000.0)
+    except ValueError:
+        return 3.0

@@ -127,10 +127,12 @@ def make_exporter(
     return HttpExporter(endpoint=None if endpoint is None else traces_endpoint(endpoint, protocol))
 
 
-def export_spans(exporter: SpanExporter, spans: Sequence[ReadableSpan]) -> bool:
-    """Export in batches; True when every batch was accepted."""
-    ok = True
+def export_spans(exporter: SpanExporter, spans: Sequence[ReadableSpan]) -> int:
+    """Export in batches, stopping at the first refused batch; return how many were sent.
+
+    Stopping early matters: each failed batch can spend the exporter's whole retry budget.
+    """
     for start in range(0, len(spans), BATCH_SIZE):
-        result = exporter.export(spans[start : start + BATCH_SIZE])
-        ok = ok and result == SpanExportResult.SUCCESS
-    return ok
+        if exporter.export(spans[start : start + BATCH_SIZE]) != SpanExportResult.SUCCESS:
+            return start
+    return len(spans)

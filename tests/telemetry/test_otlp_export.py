@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,21 @@ def test_export_without_trace_dir_uses_and_removes_a_temp_dir(receiver: Received
     telemetry.shutdown()
     assert [s.name for _, s in receiver.spans()] == ["solo"]
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_unreachable_collector_does_not_stall_shutdown(
+    trace_dir: Path, monkeypatch: pytest.MonkeyPatch, protocol: str,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # discard port
+    monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "500")
+    telemetry.configure_process("driver")
+    rec = telemetry.get_recorder()
+    for _ in range(1000):
+        rec.start_span("kept").end()
+    start = time.monotonic()
+    telemetry.shutdown()
+    assert time.monotonic() - start < 3.0
+    assert len(telemetry.load_run(trace_dir)) == 1000  # the journal still has every span

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from os import PathLike
 
     import pandas as pd
+    from matplotlib.axes import Axes
 
 
 def load_run(run_dir: str | PathLike[str]) -> pd.DataFrame:
@@ -44,6 +45,16 @@ def load_events(run_dir: str | PathLike[str]) -> pd.DataFrame:
     return _load_events(run_dir)
 
 
+def plot_timeline(
+    run: pd.DataFrame | str | PathLike[str], events: pd.DataFrame | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Draw a run: one lane per process, spans as bars, faults and deaths marked."""
+    from telemetry.timeline import plot_timeline as _plot_timeline
+
+    return _plot_timeline(run, events, ax)
+
+
 __all__ = [
     "NonRecordingSpan",
     "Recorder",
@@ -53,6 +64,7 @@ __all__ = [
     "get_recorder",
     "load_events",
     "load_run",
+    "plot_timeline",
     "shutdown",
     "tracing_env",
 ]

@@ -61,9 +61,9 @@ def plot_timeline(
     if not isinstance(run, pd.DataFrame):
         events = load_events(run) if events is None else events
         run = load_run(run)
-    own_figure = ax is None
+    figure = None
     if ax is None:
-        _, ax = plt.subplots(figsize=(12, 1 + 0.6 * max(1, run.pid.nunique())))
+        figure, ax = plt.subplots(figsize=(12, 1 + 0.6 * max(1, run.pid.nunique())))
     if run.empty:
         return ax
     t0 = int(run.start_ns.min())
@@ -76,8 +76,8 @@ def plot_timeline(
     ax.invert_yaxis()
     ax.set_xlabel("ms since the first span")
     ax.grid(axis="x", alpha=0.3)
-    if own_figure:
-        ax.figure.tight_layout()
+    if figure is not None:
+        figure.tight_layout()
     return ax
 
 

@@ -184,8 +184,37 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         "sleep* = round trip of `sleep(median model time)` minus the sleep.",
         f"Pickling in the driver (dumps+loads, median): batch {fmt_time(p['batch'])} "
         f"({p['batch_bytes']} B), output {fmt_time(p['output'])} ({p['output_bytes']} B).",
+        "", *notes(results),
     ]
     return "\n".join(lines) + "\n"
+
+
+def notes(results: dict[str, Any]) -> list[str]:
+    """What the numbers say, computed from this run."""
+    r, out = results["layouts"], []
+    if "tp1" in r and "tp2" in r:
+        out.append(
+            f"- TP=2 gives {r['tp2']['tokens_per_s'] / r['tp1']['tokens_per_s']:.2f}x the "
+            f"tokens/s of TP=1 here: the model's step time goes from "
+            f"{fmt_time(r['tp1']['step']['model'])} to {fmt_time(r['tp2']['step']['model'])} "
+            "because each step runs 8 all-reduces over gloo/TCP while two workers and the "
+            "driver share two cores; this model is far too small for tensor parallelism to pay.")
+    if "tp1" in r:
+        t, p = r["tp1"], results["pickling"]
+        out.append(
+            f"- The executor's part of a TP=1 step ({fmt_time(t['step']['executor'])}) is close "
+            f"to the overhead of a call that sleeps as long as the step "
+            f"({fmt_time(t['sleep_overhead'])}) and well above the echo of the same batch "
+            f"({fmt_time(t['echo'])}): it is mostly the latency of picking up a reply once the "
+            f"driver's wait has backed off from spinning, not pickling "
+            f"({fmt_time(p['batch'] + p['output'])} for batch and output together).")
+    if "tp1" in r and "tp1-2threads" in r:
+        out.append(
+            f"- Two torch threads per worker: {r['tp1-2threads']['tokens_per_s']:.0f} tokens/s "
+            f"against {r['tp1']['tokens_per_s']:.0f} with one (OpenMP threads spin against the "
+            "other processes on two cores), besides making a token's logits depend on its "
+            "batch; hence the one-thread default.")
+    return out
 
 
 def _log(text: str) -> None:

@@ -105,7 +105,9 @@ class ReplyCollector:
         failure: Callable[[], ExecutorFailedError | None],
         fail: Callable[[ExecutorFailedError], None],
         on_resolved: Callable[[PendingCall, BaseException | None], None],
+        recorder: Any = None,
     ) -> None:
+        self.recorder = recorder  # telemetry's recorder; used only for calls that carry a span
         self.readers = readers
         self.pending: collections.deque[PendingCall] = collections.deque()
         self.lock = lock
@@ -152,7 +154,10 @@ class ReplyCollector:
         deadline = min(call.deadline, limit)
         while len(call.outcomes) < len(call.ranks):
             rank = call.ranks[len(call.outcomes)]
-            outcome = self._read_reply(rank, call, deadline)
+            if call.span is None:
+                outcome = self._read_reply(rank, call, deadline)
+            else:
+                outcome = self._traced_read_reply(rank, call, deadline)
             if outcome is None:
                 if time.monotonic() < call.deadline:
                     return False
@@ -162,6 +167,20 @@ class ReplyCollector:
         if not call.done:
             self._resolve_outcomes(call)
         return True
+
+    def _traced_read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
+        span = self.recorder.start_span(
+            "executor.dequeue", call.span.context, {"faultlab.rank": rank, "faultlab.rpc_id": call.rpc_id}
+        )
+        try:
+            outcome = self._read_reply(rank, call, deadline)
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        result = "timeout" if outcome is None else "ok" if outcome[0] else "error"
+        span.set_attribute("faultlab.outcome", result)
+        span.end()
+        return outcome
 
     def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
         reader = self.readers[rank]

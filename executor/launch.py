@@ -24,6 +24,7 @@ import socket
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 from executor import shm
 from executor.config import ExecutorConfig
@@ -76,7 +77,8 @@ def make_context(start_method: str) -> multiprocessing.context.BaseContext:
 
 
 def start_workers(
-    cfg: ExecutorConfig, rpc_spec: QueueSpec, token: str, policy: WaitPolicy
+    cfg: ExecutorConfig, rpc_spec: QueueSpec, token: str, policy: WaitPolicy,
+    trace: tuple[int, int, int] | None = None,
 ) -> tuple[list[WorkerHandle], Wiring]:
     """Start every worker process (not yet READY)."""
     method = cfg.resolved_start_method()
@@ -91,7 +93,7 @@ def start_workers(
             rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
             init_method, dict(cfg.worker_kwargs), cfg.async_scheduling,
         )
-        handles.append(_start_one(ctx, cfg, wctx, rpc_spec, token, policy, wiring, method))
+        handles.append(_start_one(ctx, cfg, wctx, rpc_spec, token, policy, wiring, method, trace))
     for conn in wiring.child_ends:
         conn.close()
     return handles, wiring
@@ -100,6 +102,7 @@ def start_workers(
 def _start_one(
     ctx: multiprocessing.context.BaseContext, cfg: ExecutorConfig, wctx: WorkerContext,
     rpc_spec: QueueSpec, token: str, policy: WaitPolicy, wiring: Wiring, method: str,
+    trace: tuple[int, int, int] | None,
 ) -> WorkerHandle:
     rpc_bell_r, rpc_bell_w = ctx.Pipe(duplex=False)
     reply_bell_r, reply_bell_w = ctx.Pipe(duplex=False)
@@ -111,7 +114,7 @@ def _start_one(
     boot = WorkerBootstrap(
         wctx, cfg.worker, rpc_spec, rpc_bell_r, wiring.child_ends[0], reply_spec, reply_bell_w,
         reply_writer_r, wiring.child_ends[1], wiring.death.fileno(), ready_w, method,
-        cfg.thread_cap(), policy, cfg.worker_exit_grace,
+        cfg.thread_cap(), policy, cfg.worker_exit_grace, trace,
     )
     process = ctx.Process(  # type: ignore[attr-defined]
         target=worker_main, args=(boot,), name=f"faultlab-worker-{wctx.rank}", daemon=True
@@ -127,9 +130,12 @@ def _start_one(
     )
 
 
-def wait_ready(handles: list[WorkerHandle], timeout: float) -> None:
+def wait_ready(
+    handles: list[WorkerHandle], timeout: float, rec: Any = None, parent: Any = None
+) -> None:
     """Block until every worker said READY; raise WorkerStartupError otherwise."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     waiting = {h.ready: h for h in handles}
     by_sentinel = {h.sentinel: h for h in handles}
     while waiting:
@@ -142,7 +148,12 @@ def wait_ready(handles: list[WorkerHandle], timeout: float) -> None:
             )
         for obj in wait([*waiting, *by_sentinel], remaining):
             if obj in waiting:
-                _take_ready(waiting.pop(obj))
+                handle = waiting.pop(obj)
+                _take_ready(handle)
+                if rec is not None and rec.enabled:
+                    rec.event("executor.worker_ready", {
+                        "faultlab.rank": handle.rank, "process.pid": handle.pid,
+                        "faultlab.startup_ms": (time.monotonic() - started) * 1e3}, parent)
             elif by_sentinel[obj].ready in waiting:  # type: ignore[index]
                 _died_before_ready(by_sentinel[obj])  # type: ignore[index]
 

@@ -81,11 +81,15 @@ class _Resources:
         if not first:
             self.done.wait(self.cfg.shutdown_grace + self.cfg.sigterm_grace + 10)
             return
+        span = self.rec.start_span("executor.shutdown", None, {
+            "faultlab.world_size": len(self.handles)}) if self.rec.enabled else None
         try:
             self._stop_workers()
             self._release()
         finally:
             self.done.set()
+            if span is not None:
+                span.end()
 
     def _stop_workers(self) -> None:
         if self.monitor is not None:
@@ -182,9 +186,11 @@ class MultiprocExecutor:
         res.names += [shm.segment_name(token, f"reply{r}") for r in range(cfg.world_size)]
         rpc_ring = ShmRingBuffer(rpc_spec, create=True)
         res.rings.append(rpc_ring)
-        res.handles, res.wiring = start_workers(cfg, rpc_spec, token, policy)
+        trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
+        res.handles, res.wiring = start_workers(cfg, rpc_spec, token, policy, trace)
         try:
-            wait_ready(res.handles, cfg.startup_timeout)
+            wait_ready(res.handles, cfg.startup_timeout, self._rec,
+                       span.context if span is not None else None)
         except BaseException as exc:
             if span is not None:
                 span.end(exc)
@@ -195,7 +201,7 @@ class MultiprocExecutor:
         )
         self._collector = ReplyCollector(
             self._attach_replies(policy), res.reply_lock, lambda: self._failure, self._fail,
-            self._call_resolved,
+            self._call_resolved, self._rec,
         )
         for name in res.names:
             shm.unlink(name)  # everyone has mapped everything: nothing to leak from here on

@@ -76,6 +76,7 @@ class WorkerBootstrap:
     thread_cap: int
     wait_policy: WaitPolicy
     exit_grace_s: float = 0.1
+    trace: tuple[int, int, int] | None = None  # the driver's start-up span, for process-life events
 
 
 class _Leave(Exception):
@@ -98,6 +99,9 @@ def worker_main(boot: WorkerBootstrap) -> None:
         sys.exit(EXIT_STARTUP_FAILED)
     boot.ready.send(("ready", os.getpid(), boot.reply))
     boot.ready.close()
+    if proc.rec.enabled:
+        proc.rec.event("worker.ready", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid()},
+                       telemetry.SpanContext.from_wire(boot.trace))
     proc.run()
 
 
@@ -112,6 +116,11 @@ def _prepare_process(boot: WorkerBootstrap) -> _ExitState:
     telemetry.configure_process("worker", boot.ctx.rank)
     failpoints.install_from_env("worker", boot.ctx.rank)
     _cap_threads(boot.thread_cap, boot.ctx.rank)
+    rec = telemetry.get_recorder()
+    if rec.enabled:
+        rec.event("worker.start", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid(),
+                                   "faultlab.start_method": boot.start_method},
+                  telemetry.SpanContext.from_wire(boot.trace))
     threading.Thread(
         target=_watch_parent, args=(boot, state), name="faultlab-death-pipe", daemon=True
     ).start()

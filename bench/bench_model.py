@@ -208,6 +208,14 @@ def notes(results: dict[str, Any]) -> list[str]:
             f"({fmt_time(t['echo'])}): it is mostly the latency of picking up a reply once the "
             f"driver's wait has backed off from spinning, not pickling "
             f"({fmt_time(p['batch'] + p['output'])} for batch and output together).")
+    if "tp1" in r and "tp1-async" in r:
+        out.append(
+            f"- Async scheduling (two batches in flight, each with half the requests): "
+            f"{r['tp1-async']['tokens_per_s']:.0f} tokens/s against "
+            f"{r['tp1']['tokens_per_s']:.0f}. With one worker process there is no second "
+            "stage to overlap with, so the doubled number of steps only adds per-step cost."
+            + (f" PP=2 (two stages and the driver on two cores): "
+               f"{r['pp2']['tokens_per_s']:.0f} tokens/s." if "pp2" in r else ""))
     if "tp1" in r and "tp1-2threads" in r:
         out.append(
             f"- Two torch threads per worker: {r['tp1-2threads']['tokens_per_s']:.0f} tokens/s "

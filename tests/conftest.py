@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import leaks  # noqa: E402
+import leaks
 
-from executor import ExecutorConfig, MultiprocExecutor  # noqa: E402
+from executor import ExecutorConfig, MultiprocExecutor
 
 START_METHODS = ("fork", "forkserver", "spawn")
 

@@ -101,12 +101,15 @@ class EngineStats:
     finished_requests: int = 0
     total_requests: int = 0
     started_at: float = dataclasses.field(default_factory=time.perf_counter)
+    idle_since: float | None = None  # when run() last finished every request
     round_trip_s: list[float] = dataclasses.field(default_factory=list)
     model_s: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def elapsed_s(self) -> float:
-        return time.perf_counter() - self.started_at
+        """From the engine's creation to now, or to the end of the last completed run."""
+        end = self.idle_since if self.idle_since is not None else time.perf_counter()
+        return end - self.started_at
 
     @property
     def tokens_per_s(self) -> float:
@@ -150,6 +153,7 @@ class LLMEngine:
         request.future.set_running_or_notify_cancel()  # only the engine may end it
         self._requests[request_id] = request
         self.stats.total_requests += 1
+        self.stats.idle_since = None
         return request.future
 
     def has_unfinished(self) -> bool:
@@ -181,6 +185,7 @@ class LLMEngine:
                 outputs[request.request_id] = list(request.output_token_ids)
             if progress is not None:
                 progress(self.stats)
+        self.stats.idle_since = time.perf_counter()
         self.free_finished()
         return outputs
 

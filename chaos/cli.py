@@ -74,7 +74,7 @@ def _replay(args: argparse.Namespace) -> int:
     same = schedule_signature(scenario.plan(saved["seed"]).resolve())
     original = _timeline_signature(source / "result.json")
     replayed = _timeline_signature(out / "result.json")
-    verdict = "the same" if original == replayed else "DIFFERENT from"
+    verdict = "the same as" if original == replayed else "DIFFERENT from"
     sys.stdout.write(f"replayed seed {saved['seed']} ({len(same)} fault(s)); the fault timeline "
                      f"is {verdict} the original's\n")
     return 0 if result.ok else 1

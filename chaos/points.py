@@ -23,7 +23,7 @@ from typing import Any
 
 from chaos.control import ENV_VAR, ControlDir
 from chaos.plan import ResolvedFault
-from executor import failpoints
+from executor import failpoints, shm_queue
 
 INSTALLER = "chaos.points:install"
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
@@ -131,7 +131,8 @@ def _drop(buf: Any, meta: int, data: int, n_chunks: int) -> None:
 
 
 def _fix_meta_crc(buf: Any, meta: int) -> None:
-    _U32.pack_into(buf, meta + _META_CRC, zlib.crc32(buf[meta + _SEQ : meta + _META_CRC]))
+    digest = getattr(shm_queue, "_digest", zlib.crc32)  # the queue's own check function
+    _U32.pack_into(buf, meta + _META_CRC, digest(buf[meta + _SEQ : meta + _META_CRC]) & 0xFFFFFFFF)
 
 
 ACTIONS: dict[str, Callable[[Any, dict[str, Any]], None]] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import threading
 import time
 from collections import Counter
@@ -78,6 +79,8 @@ def run_scenario(
 ) -> ScenarioResult:
     """Run ``workload(executor)`` under ``plan``; see the module docstring."""
     out = Path(out_dir)
+    for stale in ("ctl", "trace"):  # a rerun into the same directory starts clean
+        shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     bounds = bounds or Bounds()
     (out / "plan.json").write_text(json.dumps(

@@ -85,15 +85,17 @@ SIGNAL_KINDS = ("kill_worker", "term_worker", "hang_worker")
 def rpc_calls(
     world_size: int = 2, *, methods: Sequence[str] = RPC_METHODS,
     timeouts: Sequence[float | None] = TIMEOUTS, sleeps: Sequence[float] = SLEEPS,
+    non_block: bool | None = None,
 ) -> st.SearchStrategy[CallSpec]:
-    """One EchoWorker call: ``sleep`` carries its duration, the others a placeholder."""
+    """One EchoWorker call: ``sleep`` carries its duration, the others a placeholder.
+    ``non_block`` None draws blocking or not; True/False fixes it."""
     return st.builds(
-        _call_spec, st.sampled_from(list(methods)), st.sampled_from(list(sleeps)),
-        st.sampled_from(list(timeouts)), st.booleans(),
+        call_spec, st.sampled_from(list(methods)), st.sampled_from(list(sleeps)),
+        st.sampled_from(list(timeouts)), st.booleans() if non_block is None else st.just(non_block),
         st.one_of(st.none(), st.integers(0, world_size - 1)))
 
 
-def _call_spec(method: str, seconds: float, timeout: float | None, non_block: bool,
+def call_spec(method: str, seconds: float, timeout: float | None, non_block: bool,
                reply_rank: int | None) -> CallSpec:
     args: tuple[object, ...] = {"sleep": (seconds,), "get_rank": ()}.get(method, ("",))
     return CallSpec(method, args, timeout, non_block, reply_rank)

@@ -104,8 +104,12 @@ class ForgetsDeathPipe(MultiprocExecutor):
     death never reaches them: they are orphaned (fork start method only)."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
-        executor.worker_proc._close_quietly = lambda fd: None  # in this driver process only
-        super().__init__(*a, **kw)
+        original = executor.worker_proc._close_quietly
+        executor.worker_proc._close_quietly = lambda fd: None  # inherited by forked workers
+        try:
+            super().__init__(*a, **kw)
+        finally:
+            executor.worker_proc._close_quietly = original
 
 
 def leaked_segment_name() -> str:

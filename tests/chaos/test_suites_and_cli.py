@@ -1,0 +1,128 @@
+"""Suites load (and malformed ones name the file and key), plans are deterministic, and
+``faultlab chaos run`` / ``replay`` work end to end."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from chaos import FaultPlan, KillWorker, PlanError, SlowWorker, schedule_signature
+from chaos.cli import timeline_signature
+from chaos.faults import KINDS
+from chaos.suites import SuiteError, load_suite
+from faultlab.cli import main
+
+GOOD = """
+[suite]
+name = "tiny"
+seed = 3
+[suite.config]
+start_method = "fork"
+[[scenario]]
+name = "slow"
+calls = [{method = "echo", args = [1], timeout = 2.0, repeat = 3}]
+[[scenario.faults]]
+kind = "slow_worker"
+rank = 1
+probability = 0.5
+delay = 0.01
+[[scenario]]
+name = "kill"
+[[scenario.faults]]
+kind = "kill_worker"
+rank = 0
+on_call = ["sleep", 1]
+"""
+
+
+def test_builtin_suites_cover_every_fault_kind():
+    smoke = load_suite("smoke")
+    assert len(smoke.scenarios) >= 10
+    assert {f.kind for s in smoke.scenarios for f in s.faults} == set(KINDS)
+    assert len(load_suite("full").scenarios) > len(smoke.scenarios)
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'explode'\n", "scenario[0].faults[0].kind"),
+    ("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'kill_worker'\nrnak = 1\n", "scenario[0].faults[0].rnak"),
+    ("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'kill_worker'\non_call = ['x', 0]\n", "scenario[0].faults[0]"),
+    ("[[scenario]]\nname = 'a'\nexpect = 'maybe'\n", "scenario[0].expect"),
+    ("[[scenario]]\nname = 'a'\n[scenario.config]\ntensor_parallel_size = 0\n", "scenario[0].config"),
+    ("[[scenario]]\nname = 'a'\n[scenario.config]\ncolour = 'red'\n", "scenario[0].config.colour"),
+    ("[[scenario]]\nworkload = 'standard'\n", "scenario[0].name"),
+    ("[[scenario]]\nname = 'a'\ncalls = [{method = 'echo', bogus = 1}]\n", "scenario[0].calls[0].bogus"),
+    ("[suite]\nseed = 'x'\n[[scenario]]\nname = 'a'\n", "suite.seed"),
+    ("[suite]\nname = 'x'\n", "scenario"),
+    ("[[scenario]]\nname = 'a'\n[[scenario]]\nname = 'a'\n", "duplicate"),
+    ("not toml = = =", "not valid TOML"),
+])
+def test_malformed_suite_names_file_and_key(tmp_path, text, where):
+    path = tmp_path / "bad_suite.toml"
+    path.write_text(text)
+    with pytest.raises(SuiteError) as info:
+        load_suite(str(path))
+    assert "bad_suite.toml" in str(info.value) and where in str(info.value)
+
+
+def test_missing_suite_lists_the_builtin_ones():
+    with pytest.raises(SuiteError, match="smoke"):
+        load_suite("no-such-suite")
+
+
+def test_same_seed_same_schedule_other_seed_other_schedule():
+    faults = [SlowWorker(rank=1, probability=0.2), KillWorker(rank=0, at=[0.1, 2.0])]
+    one, two = FaultPlan(faults, seed=11), FaultPlan(faults, seed=11)
+    assert schedule_signature(one.resolve()) == schedule_signature(two.resolve())
+    assert schedule_signature(one.resolve()) != schedule_signature(one.with_seed(12).resolve())
+    assert FaultPlan.from_dict(json.loads(one.dumps())) == one
+
+
+def test_plan_errors_name_the_field():
+    with pytest.raises(PlanError, match="one trigger"):
+        KillWorker(at=1.0, on_call=("echo", 1))
+    with pytest.raises(PlanError, match="phase"):
+        KillWorker(phase="sometime")
+
+
+def test_run_junit_and_replay_reproduce_the_timeline(tmp_path, capsys):
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(GOOD)
+    out, junit = tmp_path / "out", tmp_path / "junit.xml"
+    code = main(["chaos", "run", str(suite), "--seed", "4", "--out", str(out), "--junit", str(junit)])
+    text = capsys.readouterr()
+    assert "slow" in text.out and "[1/2]" in text.err
+    cases = ET.parse(junit).getroot().findall(".//testcase")
+    assert [c.get("name") for c in cases] == ["slow", "kill"]
+    assert code == (1 if any(c.find("failure") is not None for c in cases) else 0)
+    for name in ("slow", "kill"):
+        assert (out / name / "plan.json").exists() and (out / name / "trace").is_dir()
+    original = json.loads((out / "slow" / "result.json").read_text())
+    assert original["seed"] == 4 and original["faults"]
+    main(["chaos", "replay", str(out / "slow")])
+    assert "is the same as the original" in capsys.readouterr().out
+    replayed = json.loads((out / "slow" / "replay" / "result.json").read_text())
+    assert timeline_signature(replayed["faults"]) == timeline_signature(original["faults"])
+
+
+def test_malformed_suite_exits_2(tmp_path, capsys):
+    path = tmp_path / "broken.toml"
+    path.write_text("[[scenario]]\nname = 'a'\nexpect = 'maybe'\n")
+    assert main(["chaos", "run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "broken.toml: scenario[0].expect" in capsys.readouterr().err
+
+
+def test_strategies_draw_valid_plans_deterministically():
+    from hypothesis import given, settings
+
+    from chaos.strategies import call_specs, fault_plans
+
+    @settings(max_examples=30, deadline=None)
+    @given(fault_plans(), call_specs())
+    def check(plan, spec):
+        assert schedule_signature(plan.resolve()) == schedule_signature(plan.resolve())
+        assert FaultPlan.from_dict(plan.to_dict()) == plan
+        assert spec.method in ("echo", "sleep", "get_rank")
+
+    check()

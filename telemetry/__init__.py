@@ -13,7 +13,7 @@ Heavy imports (pandas, the OpenTelemetry SDK) happen inside the functions that n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from telemetry.recorder import (
     Recorder,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from os import PathLike
 
     import pandas as pd
-    from matplotlib.axes import Axes
 
 
 def load_run(run_dir: str | PathLike[str]) -> pd.DataFrame:
@@ -45,15 +44,16 @@ def load_events(run_dir: str | PathLike[str]) -> pd.DataFrame:
     return _load_events(run_dir)
 
 
-def plot_timeline(
-    run: pd.DataFrame | str | PathLike[str], events: pd.DataFrame | None = None,
-    ax: Axes | None = None,
-) -> Axes:
-    """Draw a run: one lane per process, spans as bars, faults and deaths marked."""
-    from telemetry.timeline import plot_timeline as _plot_timeline
+def __getattr__(name: str) -> Any:
+    """Plotting lives in ``telemetry.plotting`` (matplotlib), imported on first use only."""
+    if name in _PLOTTING:
+        import importlib
 
-    return _plot_timeline(run, events, ax)
+        return getattr(importlib.import_module("telemetry.plotting"), name)
+    raise AttributeError(f"module 'telemetry' has no attribute {name!r}")
 
+
+_PLOTTING = ("plot_timeline", "detection_latencies", "fault_detections")
 
 __all__ = [
     "NonRecordingSpan",
@@ -64,7 +64,6 @@ __all__ = [
     "get_recorder",
     "load_events",
     "load_run",
-    "plot_timeline",
     "shutdown",
     "tracing_env",
 ]

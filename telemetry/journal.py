@@ -78,7 +78,8 @@ STRING_CHUNK = 52
 THREAD_S = struct.Struct(_HEAD + "Q")  # id = thread name string id; native thread id
 MAX_STRING = 8192  # longer strings are cut, so one string never floods the journal
 
-HEADER_S = struct.Struct("<8sIiiQQ32s64s")  # magic, version, pid, rank, created, incarnation
+# magic, version, pid, rank, created, incarnation, role, service, export owner's pid
+HEADER_S = struct.Struct("<8sIiiQQ32s64si")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,23 +92,24 @@ class JournalHeader:
     service: str
     created_ns: int
     incarnation: int
+    owner_pid: int = 0  # the driver whose live export ships this journal (0: none)
 
     def pack(self) -> bytes:
         rank = NO_RANK if self.rank is None else self.rank
         return HEADER_S.pack(
             MAGIC, VERSION, self.pid, rank, self.created_ns, self.incarnation,
-            self.role.encode()[:32], self.service.encode()[:64],
+            self.role.encode()[:32], self.service.encode()[:64], self.owner_pid,
         )
 
     @classmethod
     def unpack(cls, raw: bytes) -> JournalHeader:
-        magic, version, pid, rank, created, inc, role, service = HEADER_S.unpack_from(raw)
+        magic, version, pid, rank, created, inc, role, service, owner = HEADER_S.unpack_from(raw)
         if magic != MAGIC or version != VERSION:
             raise ValueError(f"not a faultlab journal (magic {magic!r}, version {version})")
         return cls(
             pid=pid, rank=None if rank == NO_RANK else rank,
             role=role.rstrip(b"\0").decode(), service=service.rstrip(b"\0").decode(),
-            created_ns=created, incarnation=inc,
+            created_ns=created, incarnation=inc, owner_pid=owner,
         )
 
 

@@ -11,8 +11,10 @@ Data flow::
 
 Invariants:
 
-- Only journals created since the owner was configured are exported: a reused run
-  directory does not replay an older run.
+- Only journals of this owner's process tree (header ``owner_pid``, inherited through
+  ``FAULTLAB_TRACE_OWNER``) created since it was configured are exported: a reused run
+  directory does not replay an older run, and a second driver sharing the directory (a
+  chaos runner and the driver it launched) does not export the other's spans twice.
 - Each span is exported at most once (a tail hands out each ended span once; the backlog
   holds only spans the collector has not accepted yet).
 - Spans of a worker killed mid-run are exported too: its journal outlives it, and the
@@ -48,6 +50,7 @@ class LiveExporter:
         self.run_dir = run_dir
         self.settings = settings
         self.since_ns = since_ns
+        self._pid = os.getpid()
         self.exported = 0
         self.dropped = 0
         self._tails: dict[int, JournalTail] = {}  # incarnation -> tail
@@ -111,7 +114,8 @@ class LiveExporter:
     def _discover(self) -> None:
         for journal in j.find_journals(self.run_dir):
             header = journal.header
-            if header.incarnation not in self._tails and header.created_ns >= self.since_ns:
+            if (header.incarnation not in self._tails and header.owner_pid == self._pid
+                    and header.created_ns >= self.since_ns):
                 self._tails[header.incarnation] = JournalTail(journal)
 
     def _send(self) -> None:

@@ -291,9 +291,12 @@ class Recorder:
 
     def _open_journal(self) -> None:
         run_dir = self._journal_dir()
+        if self.role == "driver":
+            os.environ[OWNER_ENV] = str(self._pid)  # children inherit: "my driver exports me"
         header = j.JournalHeader(
             pid=self._pid, rank=self.rank, role=self.role, service=self.settings.service_name,
             created_ns=time.time_ns(), incarnation=self._rng.getrandbits(64),
+            owner_pid=_owner_pid(),
         )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -305,8 +308,6 @@ class Recorder:
             self.enabled = False
             return
         self.run_dir = run_dir
-        if self.role == "driver":
-            os.environ[OWNER_ENV] = str(self._pid)
 
     def _journal_dir(self) -> Path:
         if self.settings.trace_dir:
@@ -429,6 +430,13 @@ def shutdown() -> None:
     rec = _RECORDER
     if rec is not None:
         rec.shutdown()
+
+
+def _owner_pid() -> int:
+    try:
+        return int(os.environ.get(OWNER_ENV, "0"))
+    except ValueError:
+        return 0
 
 
 def _after_fork_in_child() -> None:

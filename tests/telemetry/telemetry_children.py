@@ -41,3 +41,10 @@ def serve_one_rpc(
     execute.end()
     rec.event("worker.exit", {"rank": rank}, parent=parent)
     telemetry.shutdown()
+
+
+def run_as_second_driver(env: dict[str, str]) -> None:
+    """A driver launched by another traced process (as chaos launches one) in the same dir."""
+    telemetry.configure_process("driver", env=env)
+    telemetry.get_recorder().start_span("second.driver").end()
+    telemetry.shutdown()

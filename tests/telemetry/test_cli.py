@@ -141,19 +141,3 @@ def test_trace_send_subprocess_uses_otel_env(
     assert result.returncode == 0, result.stderr
     assert len(http_receiver.spans()) == len(telemetry.load_run(recorded_run["dir"]))
 
-
-def test_plot_timeline_draws_a_lane_per_process(
-    recorded_run: dict[str, Any], tmp_path: Path,
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ax = telemetry.plot_timeline(recorded_run["dir"])
-    labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert len(labels) == 3 and labels[0].startswith("driver")
-    assert labels[1:] == [f"worker 0 (pid {recorded_run['worker']})",
-                          f"worker 1 (pid {recorded_run['victim']})"]
-    ax.figure.savefig(tmp_path / "timeline.png")
-    plt.close(ax.figure)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpans
-from telemetry_children import record_and_die, serve_one_rpc
+from telemetry_children import record_and_die, run_as_second_driver, serve_one_rpc
 
 import telemetry
 from telemetry import SpanContext
@@ -127,3 +127,18 @@ def test_unreachable_collector_does_not_stall_shutdown(
     telemetry.shutdown()
     assert time.monotonic() - start < 3.0
     assert len(telemetry.load_run(trace_dir)) == 1000  # the journal still has every span
+
+
+def test_two_drivers_sharing_a_dir_export_each_span_once(
+    receiver: ReceivedSpans, trace_dir: Path,
+) -> None:
+    telemetry.configure_process("driver")
+    telemetry.get_recorder().start_span("first.driver").end()
+    proc = multiprocessing.get_context("spawn").Process(
+        target=run_as_second_driver, args=(telemetry.tracing_env(),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    telemetry.shutdown()
+    names = sorted(span.name for _, span in receiver.spans())
+    assert names == ["first.driver", "second.driver"]

@@ -151,7 +151,10 @@ class JournalDecoder:
         if vtype == j.VT_BOOL:
             return bool(value)
         if vtype == j.VT_JSON:
-            return json.loads(self.string(value) or "null")
+            try:
+                return json.loads(self.string(value) or "null")
+            except ValueError:
+                return self.string(value)  # a torn or foreign record: keep the raw text
         return value
 
     def _on_event(self, raw: bytes) -> None:

@@ -7,8 +7,24 @@ Data flow::
                                   (run dir)     ─► load_run / load_events ─► pandas
                                                 ─► faultlab trace export / send
 
-The public names below are the whole API; the executor calls only the recorder hooks.
-Heavy imports (pandas, the OpenTelemetry SDK) happen inside the functions that need them.
+The public names below are the whole API; the executor calls only the recorder hooks::
+
+    rec = get_recorder()                       # configured from OTEL_* / FAULTLAB_TRACE_DIR
+    if rec.enabled:                            # off: this attribute read is the whole cost
+        span = rec.start_span("rpc echo", parent=None, attributes={"rpc.method": "echo"})
+        wire = SpanContext.to_wire(span.context)          # (trace_id, span_id, flags)
+        ...                                               # worker: parent=SpanContext.from_wire(wire)
+        span.add_event("chaos.fault", {"fault": "kill"})
+        span.end(error=None)                   # or an exception / message: status ERROR
+    rec.event("executor.worker_death", {"faultlab.rank": 1})   # a zero-length span
+
+    configure_process("worker", rank, env=parent_tracing_env)  # first thing in a child
+    shutdown()                                 # flush and close; also runs at exit
+
+Children inherit the tracing configuration through the environment, except forkserver
+children, which inherit the fork server's: pass them ``tracing_env()`` (taken in the parent)
+as ``configure_process(..., env=...)``.  Heavy imports (pandas, the OpenTelemetry SDK,
+matplotlib) happen inside the functions that need them.
 """
 
 from __future__ import annotations

@@ -140,16 +140,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     prompts = make_prompts(seed=0, count=args.requests, max_len=16, vocab_size=512)
     batch = decode_batch(prompts)
     results: dict[str, Any] = {"layouts": {}, "pickling": pickling_costs(batch)}
+    runs = _interleaved_runs(args, prompts)
     for name in args.layouts:
-        layout = LAYOUTS[name]
-        _log(f"{name}: {args.repeats} runs of {args.requests} requests x {args.tokens} tokens")
-        runs = [run_engine(layout, prompts, args.tokens) for _ in range(args.repeats)]
-        step = median_step(runs)
+        layout, step = LAYOUTS[name], median_step(runs[name])
         results["layouts"][name] = {
-            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs), "step": step,
-            "concurrent": layout["pp"] > 1 or layout["async_scheduling"],
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs[name]),
+            "step": step, "concurrent": layout["pp"] > 1 or layout["async_scheduling"],
             **executor_only(layout, batch, step["model"], args.echo_calls)}
     return results
+
+
+def _interleaved_runs(args: argparse.Namespace,
+                      prompts: dict[str, list[int]]) -> dict[str, list[dict[str, Any]]]:
+    """Round-robin over layouts, so that load from other processes hits every layout alike."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.layouts}
+    for repeat in range(args.repeats):
+        _log(f"round {repeat + 1}/{args.repeats}: {', '.join(args.layouts)}")
+        for name in args.layouts:
+            runs[name].append(run_engine(LAYOUTS[name], prompts, args.tokens))
+    return runs
 
 
 def rows(results: dict[str, Any]) -> list[list[str]]:
@@ -212,16 +221,17 @@ def notes(results: dict[str, Any]) -> list[str]:
         out.append(
             f"- Async scheduling (two batches in flight, each with half the requests): "
             f"{r['tp1-async']['tokens_per_s']:.0f} tokens/s against "
-            f"{r['tp1']['tokens_per_s']:.0f}. With one worker process there is no second "
-            "stage to overlap with, so the doubled number of steps only adds per-step cost."
+            f"{r['tp1']['tokens_per_s']:.0f} in one batch: it overlaps the driver's work with "
+            "the worker's but doubles the number of steps, each with its fixed cost."
             + (f" PP=2 (two stages and the driver on two cores): "
                f"{r['pp2']['tokens_per_s']:.0f} tokens/s." if "pp2" in r else ""))
     if "tp1" in r and "tp1-2threads" in r:
         out.append(
             f"- Two torch threads per worker: {r['tp1-2threads']['tokens_per_s']:.0f} tokens/s "
-            f"against {r['tp1']['tokens_per_s']:.0f} with one (OpenMP threads spin against the "
-            "other processes on two cores), besides making a token's logits depend on its "
-            "batch; hence the one-thread default.")
+            f"against {r['tp1']['tokens_per_s']:.0f} with one. Two threads also make a "
+            "token's logits depend on how many rows its batch has (so greedy tokens could "
+            "change with batching), and OpenMP threads spin against the other processes on a "
+            "loaded machine: hence the one-thread default.")
     return out
 
 

@@ -10,7 +10,8 @@ Variables: ``FAULTLAB_TRACE_DIR`` (journal directory), ``OTEL_TRACES_EXPORTER``
 ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (``http/protobuf`` | ``grpc``), the OTLP endpoint
 variables (read by the SDK exporters themselves), ``OTEL_SERVICE_NAME``,
 ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``, and ``OTEL_BSP_SCHEDULE_DELAY``
-(milliseconds between live-export passes).
+(milliseconds between live-export passes), ``OTEL_BSP_EXPORT_TIMEOUT`` (milliseconds the
+final flush may take) and ``OTEL_SDK_DISABLED`` (``true``: no export).
 
 Invariant: tracing is enabled iff a journal directory is named or an exporter is chosen;
 nothing here touches the file system.
@@ -67,6 +68,8 @@ class Settings:
 
 
 def _exporter(env: Mapping[str, str]) -> str:
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return "none"  # the journal still records if FAULTLAB_TRACE_DIR names one
     names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "none").split(",")]
     for name in names:
         if name in ("otlp", "console"):

@@ -102,3 +102,20 @@ def test_root_sampling(
     roots = df[df.name == "root"]
     assert low <= len(roots) <= high
     assert set(df[df.name == "child"].trace_id) == set(roots.trace_id)
+
+
+def test_settings_from_env() -> None:
+    from telemetry.config import Settings
+
+    s = Settings.from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                           "OTEL_SERVICE_NAME": "svc", "OTEL_TRACES_SAMPLER": "traceidratio",
+                           "OTEL_TRACES_SAMPLER_ARG": "0.5"})
+    assert (s.enabled, s.exporter, s.protocol, s.service_name, s.sampler, s.sampler_ratio) == (
+        True, "otlp", "grpc", "svc", "traceidratio", 0.5)
+    assert not Settings.from_env({}).enabled
+    assert not Settings.from_env({"OTEL_TRACES_EXPORTER": "none"}).enabled
+    assert not Settings.from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}).enabled
+    assert Settings.from_env({"FAULTLAB_TRACE_DIR": "/x"}).enabled
+    traces = Settings.from_env({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"})
+    assert traces.protocol == "http/protobuf"

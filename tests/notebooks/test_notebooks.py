@@ -1,0 +1,131 @@
+"""Every notebook executes top to bottom in a fresh kernel, headless and within a bound.
+
+    nbformat.read ─► NotebookClient (kernel "python3" = this interpreter, cwd notebooks/)
+        │  after each cell: note the kernel's descendants (executors, workers, forkserver)
+        ▼
+    execute ─► kernel shut down ─► every noted process gone? no new dead-owner segment?
+
+The root conftest checks this process's children; the kernel's own children are
+grandchildren that outlive a shut-down kernel as orphans, so they are checked here.
+Set ``FAULTLAB_README_IMG=docs/img/failure_timeline.png`` to rewrite the README picture.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+kernelspec = pytest.importorskip("jupyter_client.kernelspec")
+manager = pytest.importorskip("jupyter_client.manager")
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+CELL_TIMEOUT_S = 60
+NOTEBOOK_BOUND_S = {"failure_timelines.ipynb": 60, "latency.ipynb": 60}
+_OWNER_RE = re.compile(r"^faultlab_(\d+)_")
+
+
+def test_the_python3_kernel_is_this_interpreter() -> None:
+    """jupyter_client swaps a bare "python" for sys.executable: the venv's python runs."""
+    km = manager.KernelManager(kernel_name="python3")
+    assert km.format_kernel_cmd()[0] == sys.executable
+    assert "ipykernel" in " ".join(kernelspec.KernelSpecManager().get_kernel_spec("python3").argv)
+
+
+def test_every_notebook_is_listed_and_committed_without_outputs() -> None:
+    found = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert found == sorted(NOTEBOOK_BOUND_S)
+    for name in found:
+        book = nbformat.read(NOTEBOOKS / name, as_version=4)
+        nbformat.validate(book)
+        dirty = [i for i, c in enumerate(book.cells)
+                 if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+        assert not dirty, f"{name}: clear the outputs of cells {dirty} before committing"
+
+
+class _Descendants:
+    """The kernel's descendants, noted after every cell (they may be gone by the end)."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.kernel_pid: int | None = None
+        self.seen: dict[int, psutil.Process] = {}
+
+    def on_cell_executed(self, **_: Any) -> None:
+        if self.kernel_pid is None:
+            self.kernel_pid = getattr(self.client.km.provisioner, "pid", None)
+        if self.kernel_pid is None:
+            return
+        try:
+            for proc in psutil.Process(self.kernel_pid).children(recursive=True):
+                self.seen.setdefault(proc.pid, proc)
+        except psutil.NoSuchProcess:
+            pass
+
+    def survivors(self, wait_s: float = 10.0) -> list[psutil.Process]:
+        deadline = time.monotonic() + wait_s
+        while True:
+            alive = [p for p in self.seen.values() if _running(p)]
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _leaked_segments(before: set[str], kernel_pid: int | None) -> list[str]:
+    """New ``faultlab_<pid>_`` segments of the kernel or of a process that is gone."""
+    leaked = []
+    for name in sorted(set(os.listdir("/dev/shm")) - before):
+        match = _OWNER_RE.match(name)
+        if match and (int(match.group(1)) == kernel_pid or not psutil.pid_exists(int(match.group(1)))):
+            leaked.append(name)
+    return leaked
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(max(NOTEBOOK_BOUND_S.values()) + 60)
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_BOUND_S))
+def test_notebook_executes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    book = nbformat.read(NOTEBOOKS / name, as_version=4)
+    shm_before = set(os.listdir("/dev/shm"))
+    watch = _Descendants()
+    client = nbclient.NotebookClient(
+        book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=watch.on_cell_executed)
+    watch.client = client
+    started = time.monotonic()
+    try:
+        client.execute()
+    finally:
+        elapsed = time.monotonic() - started
+        survivors = watch.survivors()
+        for proc in survivors:
+            proc.kill()
+    assert elapsed < NOTEBOOK_BOUND_S[name], f"{name} took {elapsed:.1f} s"
+    assert not survivors, f"{name}: processes outlived the kernel: {[p.pid for p in survivors]}"
+    assert not _leaked_segments(shm_before, watch.kernel_pid)
+    _check_outputs(name, book)
+
+
+def _check_outputs(name: str, book: Any) -> None:
+    outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
+    errors = [o for o in outputs if o.output_type == "error"]
+    assert not errors, errors
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert images, f"{name} drew no figure"

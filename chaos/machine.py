@@ -211,24 +211,16 @@ class ExecutorMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ calls
 
-    @rule(spec=rpc_calls(WORLD_SIZE, non_block=False, timeouts=_DEADLINES))
-    def call(self, spec: CallSpec) -> None:
-        """A blocking call with a deadline: returns by deadline + slack, whatever happens."""
-        self._blocking(spec)
+    @rule(target=futures, spec=rpc_calls(WORLD_SIZE, timeouts=_DEADLINES))
+    def call(self, spec: CallSpec) -> Any:
+        """A call with a deadline, blocking or not: it ends by deadline + slack, whatever happens."""
+        return self._submit(spec) if spec.non_block else self._blocking(spec)
 
     @precondition(lambda self: not self.model.stopped)
-    @rule(spec=rpc_calls(WORLD_SIZE, non_block=False, timeouts=(None,)))
-    def call_without_deadline(self, spec: CallSpec) -> None:
-        self._blocking(spec)
-
-    @rule(target=futures, spec=rpc_calls(WORLD_SIZE, non_block=True, timeouts=_DEADLINES))
-    def submit(self, spec: CallSpec) -> Any:
-        return self._submit(spec)
-
-    @precondition(lambda self: not self.model.stopped)
-    @rule(target=futures, spec=rpc_calls(WORLD_SIZE, non_block=True, timeouts=(None,)))
-    def submit_without_deadline(self, spec: CallSpec) -> Any:
-        return self._submit(spec)
+    @rule(target=futures, spec=rpc_calls(WORLD_SIZE, timeouts=(None,)))
+    def call_without_deadline(self, spec: CallSpec) -> Any:
+        """A call without a deadline (never while a worker is stopped: it would wait for it)."""
+        return self._submit(spec) if spec.non_block else self._blocking(spec)
 
     @rule(call=consumes(futures))
     def result(self, call: ModelCall) -> None:
@@ -284,11 +276,11 @@ class ExecutorMachine(RuleBasedStateMachine):
         if rank in self.model.stopped:
             self.model.resume(rank, time.monotonic())
 
+    @precondition(lambda self: self.model.shut_at is None and len(self.model.calls) >= 2)
     @rule()
     def shutdown(self) -> None:
-        """shutdown() (idempotent): bounded, resolves every future, leaves no worker."""
-        if self.model.shut_at is None:
-            self.model.shut_at = time.monotonic()
+        """shutdown(): bounded, resolves every future, leaves no worker (teardown calls it again)."""
+        self.model.shut_at = time.monotonic()
         bound = time.monotonic() + self.shutdown_grace + self.sigterm_grace + 2 * SLACK_S
         _, error, _ = self._run_bounded("shutdown()", self.ex.shutdown, bound)
         assert error is None, f"shutdown() raised {type(error).__name__}: {error}"
@@ -361,7 +353,7 @@ class ExecutorMachine(RuleBasedStateMachine):
         return self.ex.collective_rpc(spec.method, timeout=spec.timeout, args=spec.args,
                                       non_block=spec.non_block, unique_reply_rank=spec.unique_reply_rank)
 
-    def _blocking(self, spec: CallSpec) -> ModelCall:
+    def _blocking(self, spec: CallSpec) -> Any:
         call = self._record(spec)
         if spec.timeout is not None:
             bound = call.deadline + SLACK_S  # its own deadline bounds draining earlier calls too
@@ -369,7 +361,7 @@ class ExecutorMachine(RuleBasedStateMachine):
             bound = self.model.drain_bound(call.index, call.submitted)
         self._finish(call, *self._run_bounded(repr(call), lambda: self._invoke(call.spec), bound))
         self._judge_resolved()
-        return call
+        return multiple()  # nothing to wait for later
 
     def _submit(self, spec: CallSpec) -> Any:
         call = self._record(spec)

@@ -26,13 +26,14 @@ class WorkerMonitor(threading.Thread):
         self._processes = list(processes)
         self._on_death = on_death
         self._stop_r, self._stop_w = os.pipe()
+        self._closed = False  # guarded by _lock: never write to a recycled fd number
+        self._lock = threading.Lock()
 
     def stop(self) -> None:
-        """Make the thread return without reporting anything; safe to call twice."""
-        try:
-            os.write(self._stop_w, b"\1")
-        except OSError:
-            pass
+        """Make the thread return without reporting anything; safe to call any time."""
+        with self._lock:
+            if not self._closed:
+                os.write(self._stop_w, b"\1")
 
     def run(self) -> None:
         try:
@@ -46,11 +47,13 @@ class WorkerMonitor(threading.Thread):
             self._on_death(rank, process.pid or 0, process.exitcode, detected_ns)
         except BaseException:
             logging.getLogger("executor").exception("worker monitor failed")
+        finally:
+            self.close()
 
     def close(self) -> None:
-        """Release the stop pipe once the thread has been joined."""
-        for fd in (self._stop_r, self._stop_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Release the stop pipe (the thread does it when it returns); idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._stop_r)
+                os.close(self._stop_w)

@@ -80,6 +80,9 @@ class _Resources:
                 self.started = first = True
         if not first:
             self.done.wait(self.cfg.shutdown_grace + self.cfg.sigterm_grace + 10)
+            monitor = self.monitor  # it may have run the shutdown: let it finish its cleanup
+            if monitor is not None and monitor is not threading.current_thread():
+                monitor.join(5.0)
             return
         span = self.rec.start_span("executor.shutdown", None, {
             "faultlab.world_size": len(self.handles)}) if self.rec.enabled else None
@@ -104,7 +107,6 @@ class _Resources:
         monitor = self.monitor
         if monitor is not None and monitor is not threading.current_thread():
             monitor.join(5.0)
-            monitor.close()
 
     def _record_step(self, step: str, ranks: list[int]) -> None:
         log.warning("executor shutdown: %s to worker rank(s) %s", step.upper(), ranks)

@@ -77,6 +77,9 @@ class WorkerBootstrap:
     wait_policy: WaitPolicy
     exit_grace_s: float = 0.1
     trace: tuple[int, int, int] | None = None  # the driver's start-up span, for process-life events
+    # The driver's environment when it started us: a forkserver child would otherwise see
+    # the forkserver's, frozen when it started (FAULTLAB_*, OTEL_* set later would be lost).
+    environ: dict[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
 
 
 class _Leave(Exception):
@@ -110,6 +113,7 @@ def _prepare_process(boot: WorkerBootstrap) -> _ExitState:
         _close_quietly(boot.death_writer_fd)
     elif boot.start_method == "forkserver":
         _drop_forkserver_alive_fd()
+        _adopt_environ(boot.environ)
     _set_parent_death_signal(signal.SIGCONT)
     state = _ExitState()
     _install_signal_handlers(state)
@@ -132,6 +136,12 @@ def _close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _adopt_environ(environ: dict[str, str]) -> None:
+    for key in set(os.environ) - set(environ):
+        del os.environ[key]
+    os.environ.update(environ)
 
 
 def _drop_forkserver_alive_fd() -> None:

@@ -42,3 +42,11 @@ def test_startup_timeout(make_executor) -> None:  # type: ignore[no-untyped-def]
 def test_workers_answer_right_after_start(make_executor) -> None:  # type: ignore[no-untyped-def]
     ex = make_executor(tensor_parallel_size=3)
     assert ex.collective_rpc("get_rank") == [0, 1, 2]
+
+
+def test_workers_see_the_drivers_environment_of_now(make_executor, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    make_executor().shutdown()  # a forkserver, if any, starts with the old environment
+    monkeypatch.setenv("FAULTLAB_TEST_MARK", "set-after-the-forkserver-started")
+    ex = make_executor()
+    marks = ex.collective_rpc(lambda w: __import__("os").environ.get("FAULTLAB_TEST_MARK"))
+    assert marks == ["set-after-the-forkserver-started"] * 2

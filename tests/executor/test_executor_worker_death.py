@@ -96,3 +96,19 @@ def test_worker_death_while_a_large_reply_streams(make_executor) -> None:  # typ
     os.kill(ex.worker_pids[1], signal.SIGKILL)
     with pytest.raises(ExecutorFailedError, match="rank 1"):
         future.result(timeout=30)
+
+
+def _open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def test_no_descriptor_leaks_after_a_death(make_executor) -> None:  # type: ignore[no-untyped-def]
+    make_executor().shutdown()  # warm up whatever multiprocessing keeps (forkserver, tracker)
+    before = _open_fds()
+    ex = make_executor()
+    os.kill(ex.worker_pids[1], signal.SIGKILL)
+    with pytest.raises(ExecutorFailedError):
+        ex.collective_rpc("sleep", args=(5,), timeout=30)
+    ex.shutdown()
+    leaked = {fd: os.readlink(f"/proc/self/fd/{fd}") for fd in _open_fds() - before}
+    assert leaked == {}

@@ -2,7 +2,7 @@
 
 In the style of loky's crash-case table: a row is (fault, where it hits, expected outcome).
 ``outcome_for`` answers for any fault; ``TABLE`` lists one representative row per case,
-which ``tests/chaos/test_outcome_table.py`` runs on fork, forkserver and spawn.
+which ``tests/chaos_tests/test_outcome_table.py`` runs on fork, forkserver and spawn.
 
     FAIL_FAST      the executor detects the failure within its bound, fails every call in
                    flight and later ones with ExecutorFailedError, runs the callback once

@@ -7,11 +7,14 @@
 
 The root conftest checks this process's children; the kernel's own children are
 grandchildren that outlive a shut-down kernel as orphans, so they are checked here.
-Set ``FAULTLAB_README_IMG=docs/img/failure_timeline.png`` to rewrite the README picture.
+To rewrite the README picture (an absolute path: the kernel runs in notebooks/)::
+
+    FAULTLAB_README_IMG=$PWD/docs/img/failure_timeline.png .venv/bin/python -m pytest tests/notebooks
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -24,7 +27,6 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
-kernelspec = pytest.importorskip("jupyter_client.kernelspec")
 manager = pytest.importorskip("jupyter_client.manager")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,11 +36,22 @@ NOTEBOOK_BOUND_S = {"failure_timelines.ipynb": 60, "latency.ipynb": 60}
 _OWNER_RE = re.compile(r"^faultlab_(\d+)_")
 
 
-def test_the_python3_kernel_is_this_interpreter() -> None:
-    """jupyter_client swaps a bare "python" for sys.executable: the venv's python runs."""
-    km = manager.KernelManager(kernel_name="python3")
-    assert km.format_kernel_cmd()[0] == sys.executable
-    assert "ipykernel" in " ".join(kernelspec.KernelSpecManager().get_kernel_spec("python3").argv)
+@pytest.fixture
+def this_python_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A "python3" kernel spec that runs this interpreter, ahead of any user-wide one.
+
+    ``JUPYTER_PATH`` comes first in the kernel search path, so a ``python3`` spec in
+    ``~/.local/share/jupyter`` pointing at another Python cannot take over.
+    """
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (faultlab tests)", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    assert manager.KernelManager(kernel_name="python3").format_kernel_cmd()[0] == sys.executable
+    return "python3"
 
 
 def test_every_notebook_is_listed_and_committed_without_outputs() -> None:
@@ -100,13 +113,13 @@ def _leaked_segments(before: set[str], kernel_pid: int | None) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(max(NOTEBOOK_BOUND_S.values()) + 60)
 @pytest.mark.parametrize("name", sorted(NOTEBOOK_BOUND_S))
-def test_notebook_executes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+def test_notebook_executes(name: str, this_python_kernel: str) -> None:
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
+    book.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     shm_before = set(os.listdir("/dev/shm"))
     watch = _Descendants()
     client = nbclient.NotebookClient(
-        book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+        book, timeout=CELL_TIMEOUT_S, kernel_name=this_python_kernel,
         resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=watch.on_cell_executed)
     watch.client = client
     started = time.monotonic()
@@ -118,8 +131,10 @@ def test_notebook_executes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         for proc in survivors:
             proc.kill()
     assert elapsed < NOTEBOOK_BOUND_S[name], f"{name} took {elapsed:.1f} s"
+    assert watch.kernel_pid is not None, "could not see the kernel's pid: its children went unchecked"
     assert not survivors, f"{name}: processes outlived the kernel: {[p.pid for p in survivors]}"
     assert not _leaked_segments(shm_before, watch.kernel_pid)
+    assert book.cells[-1].outputs[0].text.strip() == sys.executable
     _check_outputs(name, book)
 
 

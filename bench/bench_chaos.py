@@ -37,7 +37,8 @@ def latencies(out: Path, repeats: int) -> dict[str, list[float]]:
     rows = [(n, f) for n, f, o in TABLE if o == Outcome.FAIL_FAST]
     for i in range(repeats):
         for name, fault in rows:
-            r = run_scenario(cfg, standard, FaultPlan([fault], seed=i), out / f"lat-{i}-{name}".replace(" ", "_"))
+            run_dir = out / f"lat-{i}-{name}".replace(" ", "_")
+            r = run_scenario(cfg, standard, FaultPlan([fault], seed=i), run_dir)
             if r.detection_latency_s is not None:
                 key = f"{fault.kind}" + ("" if fault.external else f" @{fault.phase}")
                 if fault.kind == "corrupt_queue":
@@ -55,7 +56,7 @@ def main() -> None:
     wall, n, failed = smoke(out)
     print(f"smoke suite: {n} scenarios in {wall:.1f} s = {n / wall * 60:.0f} scenarios/min "
           f"({failed} with violations)")
-    print(f"\n| fault (fork, TP=2) | n | detection p50 ms | p99 ms |\n|---|---|---|---|")
+    print("\n| fault (fork, TP=2) | n | detection p50 ms | p99 ms |\n|---|---|---|---|")
     for kind, values in sorted(latencies(out, args.repeats).items()):
         print(f"| {kind} | {len(values)} | {statistics.median(values) * 1e3:.1f} | "
               f"{percentile(values, 0.99) * 1e3:.1f} |")

@@ -51,7 +51,7 @@ def run_with_driver_process(cfg: ExecutorConfig, workload: Any, plan: FaultPlan,
         child = subprocess.Popen([sys.executable, "-m", "chaos.driver_run", str(spec)],
                                  stdout=subprocess.PIPE, stderr=log, env=env)
         try:
-            violations, pids, killed = _supervise(child, ctl, resolved, bounds, bounds.workload_s)
+            violations, _pids, killed = _supervise(child, ctl, resolved, bounds, bounds.workload_s)
         finally:
             if child.stdout is not None:
                 child.stdout.close()

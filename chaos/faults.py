@@ -77,7 +77,7 @@ class Fault:
         return self.phase == SIGNAL
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"kind": self.kind}
+        data: dict[str, Any] = {"kind": self.kind}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value != field.default:

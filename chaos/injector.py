@@ -10,6 +10,7 @@ logged (``ControlDir.log_fault``) before it acts.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.control import ControlDir
+from chaos.faults import StarveCPU, StarveMemory
 from chaos.plan import ResolvedFault
 
 _SIGNALS = {"kill_worker": signal.SIGKILL, "term_worker": signal.SIGTERM,
@@ -55,7 +57,7 @@ class Injector:
         self.t0 = time.monotonic()
         for r in self.resolved:
             if r.at_s is not None:
-                self._schedule(r.at_s, lambda r=r: self._due(r))
+                self._schedule(r.at_s, functools.partial(self._due, r))
         self._thread.start()
 
     def _schedule(self, after_s: float, action: Callable[[], None]) -> None:
@@ -110,9 +112,9 @@ class Injector:
             self._signal(pid, _SIGNALS[f.kind], getattr(f, "duration", None))
         elif f.kind == "kill_driver" and self.kill_driver is not None:
             self.kill_driver()
-        elif f.kind == "starve_cpu":
+        elif isinstance(f, StarveCPU):
             self._helpers([_BUSY.format(d=f.duration)] * f.processes, f.duration)
-        elif f.kind == "starve_memory":
+        elif isinstance(f, StarveMemory):
             self._helpers([_HOG.format(n=f.megabytes << 20, d=f.duration)], f.duration)
 
     def _signal(self, pid: int, sig: int, duration: float | None) -> None:

@@ -18,6 +18,7 @@ documented error, only to return a wrong value, an undocumented error, or too la
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -148,7 +149,7 @@ def futures_in_order(run: RunRecord) -> list[Violation]:
     """Calls resolve in submission order; a call that timed out may leave earlier ones behind."""
     seen = [c for c in run.calls if c.resolved_seq is not None and c.error_type != "TimeoutError"]
     out = []
-    for earlier, later in zip(seen, seen[1:], strict=False):
+    for earlier, later in itertools.pairwise(seen):
         if later.resolved_seq < earlier.resolved_seq:  # type: ignore[operator]
             out.append(Violation("order", (
                 f"call {later.index} {later.method} resolved before call {earlier.index} "

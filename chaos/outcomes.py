@@ -32,7 +32,7 @@ from chaos.faults import (
 )
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     FAIL_FAST = "fail_fast"
     DEADLINE = "deadline"
     ERROR_RECOVER = "error_recover"

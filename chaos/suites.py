@@ -53,7 +53,7 @@ class Scenario:
         if self.workload in BUILTIN:
             return BUILTIN[self.workload]
         module, _, attr = self.workload.partition(":")
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
 
     def plan(self, seed: int) -> FaultPlan:
         return FaultPlan(self.faults, seed=seed)

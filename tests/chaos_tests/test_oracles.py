@@ -107,14 +107,28 @@ def test_leaked_shared_memory_is_caught(tmp_path):
         shm.unlink(broken.leaked_segment_name())
 
 
-def test_leaked_descriptor_on_worker_death_is_caught(tmp_path):
-    """The real executor leaks its monitor's stop pipe when a worker dies (reported bug);
-    the fd oracle sees it.  When the executor is fixed this test must be inverted."""
+def test_leaked_descriptor_is_caught(tmp_path):
+    """An executor that keeps a pipe open after shutdown breaks the fd oracle."""
+    kept: list[int] = []
+
+    class LeaksPipe(MultiprocExecutor):
+        def shutdown(self) -> None:
+            super().shutdown()
+            if not kept:
+                kept.extend(os.pipe())
+
+    try:
+        result = run_scenario(FORK, echo_calls, FaultPlan([], seed=1), tmp_path,
+                              executor_class=LeaksPipe)
+        assert any("file descriptor" in v.message for v in result.violations), result.violations
+    finally:
+        for fd in kept:
+            os.close(fd)
+
+
+def test_worker_death_leaves_no_descriptor(tmp_path):
     result = run_scenario(FORK, sleeps_with_deadline, FaultPlan(KILL_FIRST_SLEEP, seed=1), tmp_path)
-    fd_leaks = [v for v in result.violations if "file descriptor" in v.message]
-    if not fd_leaks:
-        pytest.skip("the executor no longer leaks the monitor pipe: drop KNOWN_EXECUTOR_LEAK")
-    assert all("pipe:" in v.message for v in fd_leaks)
+    assert not [v for v in result.violations if "file descriptor" in v.message]
 
 
 def test_recording_proxy_logs_each_call(tmp_path):

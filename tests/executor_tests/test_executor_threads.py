@@ -21,5 +21,5 @@ def test_workers_cap_threads(make_executor, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_user_setting_is_respected(make_executor, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    ex = make_executor(start_method="spawn")
+    ex = make_executor()
     assert [env for env, _ in ex.collective_rpc(_threads)] == ["2", "2"]

@@ -331,12 +331,14 @@ class QueueReader:
         if partial is None or partial.msg_id != msg_id or partial.pos + length > total:
             raise self._fatal(index, "a continuation chunk does not belong to the open message")
         data = self.ring.datas[index]
-        # Through a memoryview: bytearray slice assignment would copy the source twice.
+        # Through a memoryview: bytearray slicing copies (twice, for slice assignment).
         with memoryview(partial.out) as out:
-            out[partial.pos : partial.pos + length] = self.ring.buf[data : data + length]
-        self._release(index)
-        if flags & CHECKED and crc != _digest(partial.out[partial.pos : partial.pos + length]):
-            partial.damaged = partial.damaged or f"chunk {index} failed its checksum"
+            piece = out[partial.pos : partial.pos + length]
+            piece[:] = self.ring.buf[data : data + length]
+            self._release(index)
+            if flags & CHECKED and crc != _digest(piece):
+                partial.damaged = partial.damaged or f"chunk {index} failed its checksum"
+            piece.release()
         partial.pos += length
         if not flags & LAST:
             return None

@@ -10,7 +10,7 @@
         └── shrinks the steps ◄── AssertionError from a rule's check or an invariant
 
 Every call runs in a short-lived helper thread that the machine joins with a bound (the
-call's deadline, or the model's completion estimate, plus ``SLACK_S``): a call that hangs
+call's deadline, or the model's completion estimate, plus ``slack_s``): a call that hangs
 is a failure with a message, never a hung test.  ``teardown`` always shuts the executor
 down, kills whatever worker is still alive and checks that nothing is left.
 
@@ -23,10 +23,10 @@ What the model asserts (DESIGN.md section 1):
   call is a wrong value;
 - calls resolve in submission order (calls that timed out are exempt: a deadline may
   resolve a call before an earlier one without a deadline);
-- a call with a deadline returns by deadline + ``SLACK_S``; ``result()`` of a future
+- a call with a deadline returns by deadline + ``slack_s``; ``result()`` of a future
   returns by the latest bound of the calls it drains, and leaves every earlier call done;
 - after a worker dies, every call in flight is resolved and the failure callback has run
-  exactly once within ``DETECT_S``; never without a fault;
+  exactly once within ``detect_s``; never without a fault;
 - ``shutdown()`` returns within its grace periods plus slack, resolves every future and
   leaves no worker process.
 
@@ -124,6 +124,8 @@ class ExecutorModel:
     fault_at: float | None = None  # first fatal fault (worker killed or crashed)
     shut_at: float | None = None  # first shutdown()
     calls: list[ModelCall] = dataclasses.field(default_factory=list)
+    settled_upto: int = 0  # calls below this index are certainly resolved (result() drained them)
+    slack_s: float = SLACK_S
 
     @property
     def failed_at(self) -> float | None:
@@ -145,15 +147,17 @@ class ExecutorModel:
         self.busy_until[rank] = max(self.busy_until[rank], stopped_at) + (now - stopped_at)
 
     def unresolved_without_deadline(self) -> bool:
-        return any(c.spec.timeout is None and c.ended is None and c.future is not None
-                   for c in self.calls)
+        """A future without a deadline that may still be pending (model knowledge only, so
+        that preconditions never depend on timing: Hypothesis needs them deterministic)."""
+        return any(c.spec.timeout is None and c.future is not None
+                   for c in self.calls[self.settled_upto:])
 
     def drain_bound(self, index: int, now: float) -> float:
         """When ``result()`` of call ``index`` must return: it drains every earlier call."""
         if self.failed_at is not None:
-            return now + SLACK_S
+            return now + self.slack_s
         bounds = [c.bound for c in self.calls[: index + 1] if c.ended is None]
-        return max([now, *bounds]) + SLACK_S
+        return max([now, *bounds]) + self.slack_s
 
 
 def judge(call: ModelCall, failed_at: float | None) -> str | None:
@@ -191,12 +195,14 @@ class ExecutorMachine(RuleBasedStateMachine):
     start_method = "fork"
     shutdown_grace = 0.3
     sigterm_grace = 0.3
+    slack_s = SLACK_S
+    detect_s = DETECT_S
 
     futures = Bundle("futures")
 
     def __init__(self) -> None:
         super().__init__()
-        self.model = ExecutorModel()
+        self.model = ExecutorModel(slack_s=self.slack_s)
         self._shm_before = _our_segments()
         self._lock = threading.Lock()  # guards seq and the resolution fields of calls
         self._seq = itertools.count()
@@ -222,12 +228,20 @@ class ExecutorMachine(RuleBasedStateMachine):
         """A call without a deadline (never while a worker is stopped: it would wait for it)."""
         return self._submit(spec) if spec.non_block else self._blocking(spec)
 
+    @rule(target=futures, seconds=st.sampled_from([0.1, 0.3]), non_block=st.booleans())
+    def slow_call(self, seconds: float, non_block: bool) -> Any:
+        """A worker slower than the deadline (``sleep`` past 0.05 s): TimeoutError at the
+        deadline, and its late replies must never reach a later call."""
+        spec = CallSpec("sleep", (seconds,), 0.05, non_block)
+        return self._submit(spec) if non_block else self._blocking(spec)
+
     @rule(call=consumes(futures))
     def result(self, call: ModelCall) -> None:
         """``result()`` in any order: drains every earlier call, ends by the latest bound."""
-        assert call.future is not None
-        bound = self.model.drain_bound(call.index, time.monotonic())
-        self._run_bounded(f"{call!r}.result()", call.future.result, bound)  # outcome: via callback
+        if call.future is not None:  # else collective_rpc itself raised: nothing to wait for
+            bound = self.model.drain_bound(call.index, time.monotonic())
+            self._run_bounded(f"{call!r}.result()", call.future.result, bound)  # outcome: callback
+        self.model.settled_upto = max(self.model.settled_upto, call.index + 1)
         late = [c for c in self.model.calls[: call.index] if c.future is not None and not c.future.done()]
         assert not late, f"{call!r}.result() returned but earlier calls are not done: {late}"
         self._judge_resolved()
@@ -251,12 +265,13 @@ class ExecutorMachine(RuleBasedStateMachine):
         spec = CallSpec("_exit_on_rank", (rank, code))
         self.model.fault_at = time.monotonic()
         call = self._record(spec)
-        bound = self.model.drain_bound(call.index, call.submitted) + DETECT_S
+        bound = self.model.drain_bound(call.index, call.submitted) + self.detect_s
         crash = lambda: self.ex.collective_rpc(_exit_on_rank, args=(rank, code))  # noqa: E731
         self._finish(call, *self._run_bounded(repr(call), crash, bound))
+        outcome = repr(call.error) if call.error is not None else f"the value {call.value!r}"
         assert isinstance(call.error, ExecutorFailedError), (
             f"{call!r}: rank {rank} exited with {code} mid-call, yet the call ended in "
-            f"{call.error!r} / {call.value!r} instead of ExecutorFailedError")
+            f"{outcome} instead of ExecutorFailedError")
         self._check_death_detected(f"os._exit({code}) of rank {rank} inside a call")
 
     @precondition(lambda self: self.model.failed_at is None
@@ -281,7 +296,7 @@ class ExecutorMachine(RuleBasedStateMachine):
     def shutdown(self) -> None:
         """shutdown(): bounded, resolves every future, leaves no worker (teardown calls it again)."""
         self.model.shut_at = time.monotonic()
-        bound = time.monotonic() + self.shutdown_grace + self.sigterm_grace + 2 * SLACK_S
+        bound = time.monotonic() + self.shutdown_grace + self.sigterm_grace + 2 * self.slack_s
         _, error, _ = self._run_bounded("shutdown()", self.ex.shutdown, bound)
         assert error is None, f"shutdown() raised {type(error).__name__}: {error}"
         pending = [c for c in self.model.calls if c.future is not None and not c.future.done()]
@@ -356,24 +371,26 @@ class ExecutorMachine(RuleBasedStateMachine):
     def _blocking(self, spec: CallSpec) -> Any:
         call = self._record(spec)
         if spec.timeout is not None:
-            bound = call.deadline + SLACK_S  # its own deadline bounds draining earlier calls too
+            bound = call.deadline + self.slack_s  # its own deadline bounds draining earlier calls too
         else:
             bound = self.model.drain_bound(call.index, call.submitted)
         self._finish(call, *self._run_bounded(repr(call), lambda: self._invoke(call.spec), bound))
+        if spec.timeout is None:  # it waited for every earlier call
+            self.model.settled_upto = call.index + 1
         self._judge_resolved()
         return multiple()  # nothing to wait for later
 
     def _submit(self, spec: CallSpec) -> Any:
         call = self._record(spec)
         if call.deadline < _INF:
-            bound = call.deadline + SLACK_S  # the enqueue honours the deadline
+            bound = call.deadline + self.slack_s  # the enqueue honours the deadline
         else:  # the ring may be full of queued sleeps: the enqueue waits for the backlog
-            bound = max(call.submitted, *self.model.busy_until) + SLACK_S
+            bound = max(call.submitted, *self.model.busy_until) + self.slack_s
         future, error, ended = self._run_bounded(f"submit {call!r}", lambda: self._invoke(call.spec), bound)
         if error is not None or not isinstance(future, Future):  # the call ended right there
             self._finish(call, future, error, ended)
             self._judge_resolved()
-            return multiple()
+            return call  # still bundled: what the bundle holds must not depend on timing
         call.future = future
         future.add_done_callback(functools.partial(self._resolved, call))
         return call
@@ -426,16 +443,16 @@ class ExecutorMachine(RuleBasedStateMachine):
         self._callback_ran.set()
 
     def _check_death_detected(self, what: str) -> None:
-        """In-flight futures fail, and the callback runs once, within DETECT_S of the fault."""
+        """In-flight futures fail, and the callback runs once, within detect_s of the fault."""
         assert self.model.fault_at is not None
-        bound = self.model.fault_at + DETECT_S
+        bound = self.model.fault_at + self.detect_s
         in_flight = [c.future for c in self.model.calls if c.future is not None]
         wait_futures(in_flight, timeout=max(0.0, bound - time.monotonic()))
         late = [c for c in self.model.calls if c.future is not None and not c.future.done()]
-        assert not late, f"{what}: calls in flight still unresolved after {DETECT_S:g} s: {late}"
+        assert not late, f"{what}: calls in flight still unresolved after {self.detect_s:g} s: {late}"
         grace = self.shutdown_grace + self.sigterm_grace  # stopped workers delay the callback
         ran = self._callback_ran.wait(max(0.0, bound + grace - time.monotonic()))
-        assert ran, f"{what}: the failure callback did not run within {DETECT_S + grace:g} s"
+        assert ran, f"{what}: the failure callback did not run within {self.detect_s + grace:g} s"
         assert self.ex.is_failed, f"{what}: is_failed is False after the failure callback"
         self._judge_resolved()
 

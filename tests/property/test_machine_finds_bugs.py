@@ -1,0 +1,106 @@
+"""The state machine is worth something only if it fails on broken executors: it must.
+
+Each executor below breaks one promise of DESIGN.md section 1.  Hypothesis must find a
+failing step sequence, shrink it, and print it with a ``@reproduce_failure`` blob; the
+shrunk steps are written to the test's output (run with ``-s`` to see them).
+
+    executor             broken promise                               how the machine sees it
+    IgnoresRequestIds    stale replies are dropped by request id      a call gets another's value
+    DropsDeadline        TimeoutError at the deadline                 a call hangs past its bound
+    SwallowsDeath        worker death fails in-flight calls           kill: futures never resolve
+    DrainsTargetFirst    result() drains earlier calls first          earlier calls lose replies
+
+They reach into executor internals on purpose (a broken executor is a patched one).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from conftest import PROFILE
+from hypothesis import Phase, settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+from chaos.machine import ExecutorMachine
+from executor import MultiprocExecutor
+from executor.calls import PendingCall, ReplyCollector
+from executor.serialization import peek
+
+
+class _NoIdCheck(ReplyCollector):
+    def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
+        got = self.readers[rank].read(None if deadline == float("inf") else deadline)
+        if got is None:
+            return None
+        _msg_id, frame = got  # BUG: the reply's id is never compared with the call's
+        kind, _ = peek(frame)
+        return self._decode(rank, call, kind, frame)
+
+
+class IgnoresRequestIds(MultiprocExecutor):
+    """Takes the next reply in the queue as this call's, even a timed-out call's late reply."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._collector.__class__ = _NoIdCheck
+
+
+class DropsDeadline(MultiprocExecutor):
+    """Ignores ``timeout``: waits for the reply however long it takes."""
+
+    def collective_rpc(self, method: Any, timeout: float | None = None, *a: Any, **kw: Any) -> Any:
+        return super().collective_rpc(method, None, *a, **kw)
+
+
+class SwallowsDeath(MultiprocExecutor):
+    """Never acts on the monitor's news of a dead worker."""
+
+    def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
+        pass
+
+
+class _TargetFirst(ReplyCollector):
+    def drain_until(self, call: PendingCall, limit: float) -> None:
+        with self.lock:  # BUG: jump the asked-for call to the front of the line
+            if call in self.pending and self.pending[0] is not call:
+                self.pending.remove(call)
+                self.pending.appendleft(call)
+        super().drain_until(call, limit)
+
+
+class DrainsTargetFirst(MultiprocExecutor):
+    """``result()`` collects its own call first; earlier calls' replies get dropped as stale."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._collector.__class__ = _TargetFirst
+
+
+BROKEN = [IgnoresRequestIds, DropsDeadline, SwallowsDeath, DrainsTargetFirst]
+
+# Small and deterministic: enough examples to find each bug, short runs to shrink fast.
+HUNT = settings(PROFILE, max_examples=200, stateful_step_count=8, derandomize=True, database=None,
+                phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False)
+
+
+def machine_for(executor_class: type[MultiprocExecutor]) -> type[ExecutorMachine]:
+    # Tighter bounds than the real tests: the broken behaviours are off by seconds or forever.
+    attrs = {"executor_class": executor_class, "slack_s": 0.5, "detect_s": 0.5}
+    return type(f"MachineOn{executor_class.__name__}", (ExecutorMachine,), attrs)
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=[b.__name__ for b in BROKEN])
+def test_machine_finds_the_bug(broken: type[MultiprocExecutor]) -> None:
+    machine = machine_for(broken)
+    t0 = time.monotonic()
+    with pytest.raises((AssertionError, Flaky)) as info:
+        run_state_machine_as_test(machine, settings=HUNT)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    print(f"\n--- {broken.__name__}: found and shrunk in {time.monotonic() - t0:.1f} s ---")
+    print(f"{type(info.value).__name__}: {str(info.value).splitlines()[0]}")
+    print(notes)
+    assert f"state = {machine.__name__}()" in notes, "no shrunk step list was printed"
+    assert "@reproduce_failure(" in notes, "no reproduction blob was printed"

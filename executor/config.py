@@ -31,6 +31,9 @@ class ExecutorConfig:
     sigterm_grace: float = 1.0  # then SIGTERM, and this long before SIGKILL
     worker_exit_grace: float = 0.1  # a worker stuck in C code is ended this long after EOF
     worker_threads: int | None = None  # intra-op threads per worker; None: cores / world size
+    # Workers keep freed large buffers in the heap (glibc mallopt) instead of returning them
+    # to the OS: a fresh 1 MiB buffer costs ~1 ms of page faults here, a reused one ~0.1 ms.
+    worker_keep_buffers: bool = True
 
     def __post_init__(self) -> None:
         _check_worker_spec(self.worker)

@@ -115,6 +115,7 @@ def _start_one(
         wctx, cfg.worker, rpc_spec, rpc_bell_r, wiring.child_ends[0], reply_spec, reply_bell_w,
         reply_writer_r, wiring.child_ends[1], wiring.death.fileno(), ready_w, method,
         cfg.thread_cap(), policy, cfg.worker_exit_grace, trace,
+        keep_buffers=cfg.worker_keep_buffers,
     )
     process = ctx.Process(  # type: ignore[attr-defined]
         target=worker_main, args=(boot,), name=f"faultlab-worker-{wctx.rank}", daemon=True

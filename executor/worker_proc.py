@@ -80,6 +80,7 @@ class WorkerBootstrap:
     # The driver's environment when it started us: a forkserver child would otherwise see
     # the forkserver's, frozen when it started (FAULTLAB_*, OTEL_* set later would be lost).
     environ: dict[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    keep_buffers: bool = True
 
 
 class _Leave(Exception):
@@ -120,6 +121,8 @@ def _prepare_process(boot: WorkerBootstrap) -> _ExitState:
     telemetry.configure_process("worker", boot.ctx.rank)
     failpoints.install_from_env("worker", boot.ctx.rank)
     _cap_threads(boot.thread_cap, boot.ctx.rank)
+    if boot.keep_buffers:
+        _keep_freed_buffers()
     rec = telemetry.get_recorder()
     if rec.enabled:
         rec.event("worker.start", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid(),
@@ -177,6 +180,18 @@ def _install_signal_handlers(state: _ExitState) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def _keep_freed_buffers() -> None:
+    """Serve large allocations from the heap and do not trim it, so that the buffer of one
+    message is reused by the next instead of being unmapped and page-faulted in again."""
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(m_mmap_threshold, 1 << 30)
+        libc.mallopt(m_trim_threshold, 1 << 30)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _cap_threads(cap: int, rank: int) -> None:

@@ -79,9 +79,11 @@ class _Resources:
             else:
                 self.started = first = True
         if not first:
+            monitor = self.monitor
+            if monitor is threading.current_thread():
+                return  # the thread shutting down is joining this one: waiting would deadlock
             self.done.wait(self.cfg.shutdown_grace + self.cfg.sigterm_grace + 10)
-            monitor = self.monitor  # it may have run the shutdown: let it finish its cleanup
-            if monitor is not None and monitor is not threading.current_thread():
+            if monitor is not None:  # it may have run the shutdown: let it finish its cleanup
                 monitor.join(5.0)
             return
         span = self.rec.start_span("executor.shutdown", None, {

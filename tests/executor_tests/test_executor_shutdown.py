@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import threading
@@ -88,3 +89,24 @@ def test_sigint_makes_a_worker_exit_cleanly(executor: MultiprocExecutor) -> None
     os.kill(pid, signal.SIGINT)
     with pytest.raises(ExecutorFailedError, match="after SIGINT"):
         executor.collective_rpc("sleep", args=(10,), timeout=30)
+
+
+class _SlowHandler(logging.Handler):
+    """Holds the monitor thread inside its failure report for a moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "executor failed" in record.getMessage():
+            time.sleep(0.5)
+
+
+def test_shutdown_racing_the_monitors_own_shutdown(executor: MultiprocExecutor) -> None:
+    handler = _SlowHandler()
+    logging.getLogger("executor").addHandler(handler)
+    try:
+        os.kill(executor.worker_pids[0], signal.SIGKILL)
+        time.sleep(0.2)  # the monitor is now inside its failure report
+        start = time.monotonic()
+        executor.shutdown()  # first in: it joins the monitor, which must not wait for it
+        assert time.monotonic() - start < 3
+    finally:
+        logging.getLogger("executor").removeHandler(handler)

@@ -21,7 +21,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="faultlab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="faultlab",
+        description="faultlab: run, trace and break a multi-process inference executor.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         try:

@@ -169,17 +169,15 @@ class ReplyCollector:
         return True
 
     def _traced_read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
-        span = self.recorder.start_span(
-            "executor.dequeue", call.span.context, {"faultlab.rank": rank, "faultlab.rpc_id": call.rpc_id}
-        )
+        span = self.recorder.start_span(f"executor.dequeue rank {rank}", call.span.context)
         try:
             outcome = self._read_reply(rank, call, deadline)
         except BaseException as exc:
             span.end(exc)
             raise
-        result = "timeout" if outcome is None else "ok" if outcome[0] else "error"
-        span.set_attribute("faultlab.outcome", result)
-        span.end()
+        if outcome is None:
+            span.set_attribute("faultlab.outcome", "timeout")
+        span.end(None if outcome is None or outcome[0] else outcome[1])
         return outcome
 
     def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:

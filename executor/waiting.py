@@ -103,9 +103,10 @@ class Sleeper:
         return ready()
 
     def _yield(self, ready: Callable[[], bool], until: float, deadline: float | None) -> bool:
+        # Interrupts are not polled here (a select per turn costs more than the turn): the
+        # phase is short, and the block phase that follows watches them.
         end = until if deadline is None else min(until, deadline)
         while time.monotonic() < end:
-            self._check_interrupts()
             os.sched_yield()
             if ready():
                 return True

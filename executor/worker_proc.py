@@ -318,8 +318,7 @@ class WorkerProc:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
         if self.rec.enabled and trace is not None:
-            spans: _WorkerSpans = _TracedSpans(self.rec, trace, self.rank, msg_id, method, wait_ns,
-                                               len(frame))
+            spans: _WorkerSpans = _TracedSpans(self.rec, trace, method, wait_ns)
         else:
             spans = _NO_SPANS
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
@@ -429,24 +428,21 @@ _NO_SPANS = _WorkerSpans()
 
 
 class _TracedSpans(_WorkerSpans):
-    def __init__(
-        self, rec: Any, trace: Any, rank: int, msg_id: int, method: Any, wait_ns: int, size: int
-    ) -> None:
-        name = method_name(method)
+    def __init__(self, rec: Any, trace: Any, method: Any, wait_ns: int) -> None:
+        # Rank and pid are the journal's (the process resource), the method is in the name,
+        # the rpc id is the parent's: each attribute would cost a journal record.
         self._rec = rec
         self._parent = telemetry.SpanContext.from_wire(trace)
-        self._attrs = {"faultlab.rank": rank, "rpc.method": name, "faultlab.rpc_id": msg_id}
-        dequeue = rec.start_span("worker.dequeue", self._parent, {
-            **self._attrs, "faultlab.queue.wait_ns": wait_ns, "messaging.message.body.size": size})
+        dequeue = rec.start_span("worker.dequeue", self._parent, {"faultlab.queue.wait_ns": wait_ns})
         dequeue.end()
-        self._execute = rec.start_span(f"worker.execute {name}", self._parent, self._attrs)
+        self._execute = rec.start_span(f"worker.execute {method_name(method)}", self._parent)
         self._enqueue: Any = None
 
     def executed(self, error: BaseException | None) -> None:
         self._execute.end(error)
 
     def reply_start(self) -> None:
-        self._enqueue = self._rec.start_span("worker.reply_enqueue", self._parent, self._attrs)
+        self._enqueue = self._rec.start_span("worker.reply_enqueue", self._parent)
 
     def finish(self) -> None:
         if self._enqueue is not None:

@@ -366,8 +366,7 @@ class MultiprocExecutor:
             raise error from exc
 
     def _enqueue(self, call: PendingCall, parts: list[Any], span: Any) -> None:
-        enqueue = self._rec.start_span("executor.enqueue", span.context, {
-            "messaging.message.body.size": sum(map(len, parts))}) if span is not None else None
+        start_ns = time.time_ns() if span is not None else 0
         deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
         try:
             if failpoints.ACTIVE:
@@ -376,23 +375,31 @@ class MultiprocExecutor:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.after_enqueue", msg_id=call.rpc_id, method=call.method)
         except BaseException as exc:
-            for s in (enqueue, span):
-                if s is not None:
-                    s.end(exc)
+            if span is not None:
+                self._rec.start_span("executor.enqueue", span.context, None, start_ns).end(exc)
+                span.end(exc)
             raise
-        if enqueue is not None:
-            enqueue.end()
+        if span is not None:  # written after the request is out, while the workers work on it
+            self._rec.start_span("executor.enqueue", span.context, None, start_ns).end()
+            self._describe_rpc(call, span, sum(map(len, parts)))
 
     # Each attribute is a journal record (~1-2 µs): only what the span's name, its parent
     # and its process's resource (role, rank, pid) do not already say.
     def _start_rpc_span(self, call: PendingCall, timeout: float | None) -> Any:
-        span = self._rec.start_span(f"rpc {call.method}", None, {
-            "rpc.method": call.method, "faultlab.rpc_id": call.rpc_id})
-        if timeout is not None:
-            span.set_attribute("faultlab.timeout_s", float(timeout))
+        return self._rec.start_span(f"rpc {call.method}")
+
+    @staticmethod
+    def _describe_rpc(call: PendingCall, span: Any, size: int) -> None:
+        """The RPC span's attributes, written once the request is out (off its critical path)."""
+        attributes: dict[str, Any] = {
+            "rpc.method": call.method, "faultlab.rpc_id": call.rpc_id,
+            "faultlab.non_block": call.future is not None, "messaging.message.body.size": size,
+        }
+        if call.timeout is not None:
+            attributes["faultlab.timeout_s"] = float(call.timeout)
         if len(call.ranks) == 1:
-            span.set_attribute("faultlab.reply_rank", call.ranks[0])
-        return span
+            attributes["faultlab.reply_rank"] = call.ranks[0]
+        span.set_attributes(attributes)
 
     def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
         if call.span is not None:

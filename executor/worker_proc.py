@@ -291,7 +291,7 @@ class WorkerProc:
         telemetry.shutdown()
 
     def _serve_one(self) -> None:
-        waited = time.monotonic_ns()
+        waited = time.time_ns()
         try:
             got = self.reader.read(None)
         except CorruptMessageError as exc:
@@ -301,9 +301,9 @@ class WorkerProc:
             self._send_fatal(exc)
             raise SystemExit(EXIT_QUEUE_CORRUPTED) from exc
         if got is not None:
-            self._handle(got[0], got[1], time.monotonic_ns() - waited)
+            self._handle(got[0], got[1], waited, time.time_ns())
 
-    def _handle(self, msg_id: int, frame: bytes | bytearray, wait_ns: int) -> None:
+    def _handle(self, msg_id: int, frame: bytes | bytearray, waited_ns: int, got_ns: int) -> None:
         _kind, reply_rank = peek(frame)
         must_reply = reply_rank in (ALL_RANKS, self.rank)
         if failpoints.ACTIVE:
@@ -318,7 +318,7 @@ class WorkerProc:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
         if self.rec.enabled and trace is not None:
-            spans: _WorkerSpans = _TracedSpans(self.rec, trace, method, wait_ns)
+            spans: _WorkerSpans = _TracedSpans(self.rec, trace, method, waited_ns, got_ns)
         else:
             spans = _NO_SPANS
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
@@ -428,22 +428,32 @@ _NO_SPANS = _WorkerSpans()
 
 
 class _TracedSpans(_WorkerSpans):
-    def __init__(self, rec: Any, trace: Any, method: Any, wait_ns: int) -> None:
-        # Rank and pid are the journal's (the process resource), the method is in the name,
-        # the rpc id is the parent's: each attribute would cost a journal record.
+    """Only the execute span is written on the reply's critical path (so a worker that dies
+    in its method leaves it open, truncated); the dequeue and reply-enqueue spans are written
+    with their measured times once the reply is on its way, when the driver is busy with it.
+    Rank and pid are the journal's (the process resource), the method is in the name and the
+    rpc id is the parent's: each attribute would cost a journal record."""
+
+    def __init__(self, rec: Any, trace: Any, method: Any, waited_ns: int, got_ns: int) -> None:
+        self._unpickled_ns = time.time_ns()
         self._rec = rec
         self._parent = telemetry.SpanContext.from_wire(trace)
-        dequeue = rec.start_span("worker.dequeue", self._parent, {"faultlab.queue.wait_ns": wait_ns})
-        dequeue.end()
+        self._waited_ns, self._got_ns = waited_ns, got_ns
         self._execute = rec.start_span(f"worker.execute {method_name(method)}", self._parent)
-        self._enqueue: Any = None
+        self._reply_ns = 0
 
     def executed(self, error: BaseException | None) -> None:
         self._execute.end(error)
 
     def reply_start(self) -> None:
-        self._enqueue = self._rec.start_span("worker.reply_enqueue", self._parent)
+        self._reply_ns = time.time_ns()
 
     def finish(self) -> None:
-        if self._enqueue is not None:
-            self._enqueue.end()
+        done_ns = time.time_ns()
+        rec, parent = self._rec, self._parent
+        # From the message in hand to unpickled; the (idle) wait before it as an attribute.
+        dequeue = rec.start_span("worker.dequeue", parent, {
+            "faultlab.queue.wait_ns": self._got_ns - self._waited_ns}, self._got_ns)
+        dequeue.end(None, self._unpickled_ns)
+        if self._reply_ns:
+            rec.start_span("worker.reply_enqueue", parent, None, self._reply_ns).end(None, done_ns)

@@ -97,8 +97,10 @@ class Recorder:
 
     def start_span(
         self, name: str, parent: SpanContext | None = None,
-        attributes: Mapping[str, Any] | None = None,
+        attributes: Mapping[str, Any] | None = None, start_ns: int | None = None,
     ) -> Span | NonRecordingSpan:
+        """Start a span now, or at ``start_ns`` (``time.time_ns()``) for one recorded after
+        the fact, off a latency-critical path."""
         bits = self._bits
         if parent is None:
             trace_id = bits(128) or 1
@@ -129,7 +131,8 @@ class Recorder:
             mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
             off = _HDR + ((idx & _MASK) << _REC_SHIFT)
             _pack_start(mm, off + 1, _FLAG_SAMPLED, 0, name_id, trace_id >> 64,
-                        trace_id & _M64, span_id, parent_id, _time_ns(), tid)
+                        trace_id & _M64, span_id, parent_id,
+                        _time_ns() if start_ns is None else start_ns, tid)
             mm[off] = _SPAN_START
         except (ValueError, IndexError, OSError):  # journal closed by shutdown()
             return NonRecordingSpan(trace_id, span_id)
@@ -149,7 +152,9 @@ class Recorder:
             self.write_end(span.span_id, j.STATUS_UNSET, "", j.FLAG_POINT)
         return span.context
 
-    def write_end(self, span_id: int, status: int, message: str, flags: int = 0) -> None:
+    def write_end(
+        self, span_id: int, status: int, message: str, flags: int = 0, end_ns: int | None = None
+    ) -> None:
         writer = self._writer
         if writer is None:
             return
@@ -161,7 +166,8 @@ class Recorder:
             maps = writer.maps
             mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
             off = _HDR + ((idx & _MASK) << _REC_SHIFT)
-            _pack_end(mm, off + 1, status, flags, message_id, span_id, _time_ns())
+            _pack_end(mm, off + 1, status, flags, message_id, span_id,
+                      _time_ns() if end_ns is None else end_ns)
             mm[off] = _SPAN_END
         except (ValueError, IndexError, OSError):
             pass

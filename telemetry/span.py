@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from telemetry import journal as j
@@ -100,11 +101,18 @@ class Span:
         if not self.ended:
             self._rec.write_attribute(j.OWNER_SPAN, self.span_id, key, value)
 
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Several attributes in one call (one journal record each, one call's overhead)."""
+        if not self.ended:
+            self._rec.write_attributes(j.OWNER_SPAN, self.span_id, attributes)
+
     def add_event(self, name: str, attributes: dict[str, Any] | None = None) -> None:
         if not self.ended:
             self._rec.write_event(self.span_id, name, attributes)
 
-    def end(self, error: BaseException | str | None = None) -> None:
+    def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
+        """End the span now, or at ``end_ns`` (``time.time_ns()``); status ERROR with a
+        message when ``error`` is given."""
         if self.ended:
             return
         self.ended = True
@@ -118,7 +126,8 @@ class Span:
                 maps = writer.maps
                 mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
                 off = _HDR + ((idx & _MASK) << _REC_SHIFT)
-                _pack_end(mm, off + 1, _STATUS_OK, 0, 0, self.span_id, _time_ns())
+                _pack_end(mm, off + 1, _STATUS_OK, 0, 0, self.span_id,
+                          _time_ns() if end_ns is None else end_ns)
                 mm[off] = _SPAN_END
             except (ValueError, IndexError, OSError):
                 pass
@@ -132,7 +141,7 @@ class Span:
             message = f"{type(error).__name__}: {error}"
         else:
             message = str(error)
-        self._rec.write_end(self.span_id, j.STATUS_ERROR, message)
+        self._rec.write_end(self.span_id, j.STATUS_ERROR, message, 0, end_ns)
 
     def __enter__(self) -> Span:
         return self
@@ -166,10 +175,13 @@ class NonRecordingSpan:
     def set_attribute(self, key: str, value: Any) -> None:
         pass
 
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        pass
+
     def add_event(self, name: str, attributes: dict[str, Any] | None = None) -> None:
         pass
 
-    def end(self, error: BaseException | str | None = None) -> None:
+    def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
         pass
 
     def __enter__(self) -> NonRecordingSpan:

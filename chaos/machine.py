@@ -46,8 +46,10 @@ import functools
 import itertools
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -71,6 +73,7 @@ from executor import ExecutorConfig, ExecutorFailedError, MultiprocExecutor, Wor
 
 SLACK_S = 1.0  # scheduling slack on a shared, loaded 2-core machine: catches hangs, not slowness
 DETECT_S = 3.0  # a dead worker must be noticed (in-flight calls failed) within this
+STARTUP_S = 30.0  # a start-up that hangs fails the example instead of the whole test run
 EPS_S = 0.002  # clock granularity between our stamps and the executor's
 WORLD_SIZE = 2
 _INF = float("inf")
@@ -209,9 +212,11 @@ class ExecutorMachine(RuleBasedStateMachine):
         self._stuck: list[threading.Thread] = []
         self.callback_times: list[float] = []
         self._callback_ran = threading.Event()
+        _no_threads_left_behind()  # fork must not copy a thread stuck in an earlier executor
         self.ex = self.executor_class(ExecutorConfig(
             tensor_parallel_size=WORLD_SIZE, start_method=self.start_method,
-            shutdown_grace=self.shutdown_grace, sigterm_grace=self.sigterm_grace))
+            shutdown_grace=self.shutdown_grace, sigterm_grace=self.sigterm_grace,
+            startup_timeout=STARTUP_S))
         self.pids = list(self.ex.worker_pids)
         self.ex.register_failure_callback(self._on_failure)
 
@@ -344,7 +349,7 @@ class ExecutorMachine(RuleBasedStateMachine):
         done.start()
         done.join(self.shutdown_grace + self.sigterm_grace + 10.0)
         if done.is_alive():
-            problems.append("shutdown() in teardown did not return")
+            problems.append("shutdown() in teardown did not return; threads:\n" + _thread_stacks())
         for pid in self.pids:
             _signal(pid, signal.SIGKILL)  # a no-op unless something survived
         for t in [*self._stuck, done]:
@@ -455,6 +460,25 @@ class ExecutorMachine(RuleBasedStateMachine):
         assert ran, f"{what}: the failure callback did not run within {self.detect_s + grace:g} s"
         assert self.ex.is_failed, f"{what}: is_failed is False after the failure callback"
         self._judge_resolved()
+
+
+def _no_threads_left_behind(within_s: float = 10.0) -> None:
+    """Wait for the threads of earlier examples (calls, executor threads) to end."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [t for t in threading.enumerate() if t.name.startswith(("machine-", "faultlab-"))]
+        if not left:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"threads of an earlier example are still running: "
+                                 f"{[t.name for t in left]}\n{_thread_stacks()}")
+        left[0].join(0.05)
+
+
+def _thread_stacks() -> str:
+    frames = sys._current_frames()
+    return "\n".join(f"--- {t.name}\n" + "".join(traceback.format_stack(frames[t.ident])[-6:])
+                     for t in threading.enumerate() if t.ident in frames)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -11,6 +11,8 @@ shrunk steps are written to the test's output (run with ``-s`` to see them).
     DrainsTargetFirst    result() drains earlier calls first          earlier calls lose replies
 
 They reach into executor internals on purpose (a broken executor is a patched one).
+Under the ci profile shrinking is capped at ``SHRINK_S`` seconds per bug (each failing
+candidate costs a bound of real time); the nightly profile shrinks fully.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import time
 from typing import Any
 
 import pytest
-from conftest import PROFILE
+from conftest import PROFILE, PROFILE_NAME
 from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
 from chaos.machine import ExecutorMachine
@@ -86,6 +89,16 @@ HUNT = settings(PROFILE, max_examples=200, stateful_step_count=8, derandomize=Tr
                 phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False)
 
 
+SHRINK_S = 12
+
+
+@pytest.fixture
+def bounded_shrinking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cap Hypothesis' shrinking time (an internal knob, default 300 s) under ci."""
+    if PROFILE_NAME == "ci" and hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", SHRINK_S)
+
+
 def machine_for(executor_class: type[MultiprocExecutor]) -> type[ExecutorMachine]:
     # Tighter bounds than the real tests: the broken behaviours are off by seconds or forever.
     attrs = {"executor_class": executor_class, "slack_s": 0.5, "detect_s": 0.5}
@@ -93,6 +106,7 @@ def machine_for(executor_class: type[MultiprocExecutor]) -> type[ExecutorMachine
 
 
 @pytest.mark.parametrize("broken", BROKEN, ids=[b.__name__ for b in BROKEN])
+@pytest.mark.usefixtures("bounded_shrinking")
 def test_machine_finds_the_bug(broken: type[MultiprocExecutor]) -> None:
     machine = machine_for(broken)
     t0 = time.monotonic()

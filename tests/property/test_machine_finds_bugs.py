@@ -28,6 +28,7 @@ from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
 from chaos.machine import ExecutorMachine
+from chaos.strategies import call_spec
 from executor import MultiprocExecutor
 from executor.calls import PendingCall, ReplyCollector
 from executor.serialization import peek
@@ -101,14 +102,23 @@ def bounded_shrinking(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def machine_for(executor_class: type[MultiprocExecutor]) -> type[ExecutorMachine]:
     # Tighter bounds than the real tests: the broken behaviours are off by seconds or forever.
-    attrs = {"executor_class": executor_class, "slack_s": 0.5, "detect_s": 0.5}
+    attrs = {"executor_class": executor_class, "slack_s": 0.5, "detect_s": 0.5, "__module__": __name__}
     return type(f"MachineOn{executor_class.__name__}", (ExecutorMachine,), attrs)
 
 
-@pytest.mark.parametrize("broken", BROKEN, ids=[b.__name__ for b in BROKEN])
+# Module-level names, so that a printed step list runs as written (see the replay test).
+MachineOnIgnoresRequestIds = machine_for(IgnoresRequestIds)
+MachineOnDropsDeadline = machine_for(DropsDeadline)
+MachineOnSwallowsDeath = machine_for(SwallowsDeath)
+MachineOnDrainsTargetFirst = machine_for(DrainsTargetFirst)
+MACHINES = [MachineOnIgnoresRequestIds, MachineOnDropsDeadline, MachineOnSwallowsDeath,
+            MachineOnDrainsTargetFirst]
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=[b.__name__ for b in BROKEN])
 @pytest.mark.usefixtures("bounded_shrinking")
-def test_machine_finds_the_bug(broken: type[MultiprocExecutor]) -> None:
-    machine = machine_for(broken)
+def test_machine_finds_the_bug(machine: type[ExecutorMachine]) -> None:
+    broken = machine.executor_class
     t0 = time.monotonic()
     with pytest.raises((AssertionError, Flaky)) as info:
         run_state_machine_as_test(machine, settings=HUNT)
@@ -118,3 +128,15 @@ def test_machine_finds_the_bug(broken: type[MultiprocExecutor]) -> None:
     print(notes)
     assert f"state = {machine.__name__}()" in notes, "no shrunk step list was printed"
     assert "@reproduce_failure(" in notes, "no reproduction blob was printed"
+
+
+def test_a_printed_step_list_replays() -> None:
+    """The shrunk steps Hypothesis printed for DropsDeadline, pasted in: they fail the same way.
+    (Or decorate the machine class with the printed ``@reproduce_failure(...)``.)"""
+    state = MachineOnDropsDeadline()
+    try:
+        state.stop(rank=0)
+        with pytest.raises(AssertionError, match="had not returned by its bound"):
+            state.call(spec=call_spec("echo", 0.0, 0.05, False, None))
+    finally:
+        state.teardown()

@@ -1,44 +1,13 @@
-"""Hypothesis settings profiles for the property tests; pick one with HYPOTHESIS_PROFILE.
-
-    ci       (default) deadline off, few examples of several steps each, derandomized so a
-             CI run is repeatable; a failure prints the shrunk steps and a
-             @reproduce_failure blob.  The whole tests/property run stays within ~3 min
-             on 2 cores.
-    nightly  many more examples and steps, random seeds, failures saved to the
-             example database.
-
-The profiles are applied by the tests themselves (``PROFILE``, the ``profile`` fixture),
-not loaded globally, so other test directories keep their own Hypothesis settings.
-"""
+"""Registers the Hypothesis profiles of the property tests (see hypothesis_profiles.py)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-
-_COMMON = {
-    "deadline": None,  # real processes: one step costs milliseconds to seconds
-    "print_blob": True,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-}
-settings.register_profile(
-    "ci", max_examples=100, stateful_step_count=15, derandomize=True, database=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink], **_COMMON,
-)
-settings.register_profile("nightly", max_examples=300, stateful_step_count=40, **_COMMON)
-
-PROFILE_NAME = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-PROFILE = settings.get_profile(PROFILE_NAME)
-
-
-def scaled(fraction: float, minimum: int = 2, **changes: object) -> settings:
-    """The selected profile with ``fraction`` of its examples (for costlier properties)."""
-    examples = max(minimum, int(PROFILE.max_examples * fraction))
-    return settings(PROFILE, max_examples=examples, **changes)  # type: ignore[arg-type]
+from hypothesis import settings
+from hypothesis_profiles import PROFILE
 
 
 @pytest.fixture
 def profile() -> settings:
+    """The selected profile (HYPOTHESIS_PROFILE, default ci)."""
     return PROFILE

@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-from conftest import scaled
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from chaos.strategies import call_sequences
 from chaos.workloads import CallSpec

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PROFILE, scaled
 from hypothesis.stateful import run_state_machine_as_test
+from hypothesis_profiles import PROFILE, scaled
 
 from chaos.machine import ExecutorMachine
 

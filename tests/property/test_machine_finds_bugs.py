@@ -21,11 +21,11 @@ import time
 from typing import Any
 
 import pytest
-from conftest import PROFILE, PROFILE_NAME
 from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
+from hypothesis_profiles import PROFILE, PROFILE_NAME
 
 from chaos.machine import ExecutorMachine
 from chaos.strategies import call_spec

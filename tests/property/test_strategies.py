@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import scaled
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from chaos import FaultPlan, schedule_signature
 from chaos.faults import SIGNAL

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stats  # noqa: E402
+import _stats
 
-from executor import ExecutorConfig, MultiprocExecutor  # noqa: E402
-from executor.workers import EchoWorker  # noqa: E402
+from executor import ExecutorConfig, MultiprocExecutor
+from executor.workers import EchoWorker
 
 CONFIGS = ("off", "sampled-1%", "on-100%", "plain-sdk")
 

@@ -37,7 +37,7 @@ from executor.errors import (
 )
 from executor.protocol import FATAL, REPLY_OK, RemoteError
 from executor.serialization import decode, peek
-from executor.shm_queue import QueueReader
+from executor.transport import MessageReader
 
 _NO_LIMIT = float("inf")
 
@@ -100,7 +100,7 @@ def settle(future: Future, *, result: Any = None, error: BaseException | None = 
 class ReplyCollector:
     def __init__(
         self,
-        readers: list[QueueReader],
+        readers: list[MessageReader],
         lock: threading.Lock,
         failure: Callable[[], ExecutorFailedError | None],
         fail: Callable[[ExecutorFailedError], None],

@@ -34,6 +34,17 @@ class ExecutorConfig:
     # Workers keep freed large buffers in the heap (glibc mallopt) instead of returning them
     # to the OS: a fresh 1 MiB buffer costs ~1 ms of page faults here, a reused one ~0.1 ms.
     worker_keep_buffers: bool = True
+    # Remote workers (nnodes > 1): node k runs ranks k*local_world_size .. ; node 0 is this
+    # driver's machine, the others are started with `faultlab worker --driver HOST:PORT
+    # --node-rank K` and talk over ZeroMQ TCP, every message HMAC-authenticated.
+    nnodes: int = 1
+    driver_host: str = "127.0.0.1"  # the address to bind: loopback unless told otherwise
+    driver_port: int = 0  # 0 picks a free port (ex.driver_address tells which)
+    # Where the per-executor secret is: FAULTLAB_SECRET (hex) wins; else this file is read if
+    # it exists, or created (0600) with a fresh secret; else a fresh one in a private temp file.
+    secret_file: str | None = None
+    heartbeat_interval: float = 0.5  # seconds between heartbeats on each TCP link
+    node_timeout: float = 10.0  # a remote worker silent this long counts as dead (and the driver, for it)
 
     def __post_init__(self) -> None:
         _check_worker_spec(self.worker)
@@ -42,11 +53,18 @@ class ExecutorConfig:
         _check_int("chunk_bytes", self.chunk_bytes, minimum=64)
         if self.n_chunks < 2:
             raise ValueError(f"n_chunks must be at least 2, got {self.n_chunks}")
+        _check_int("nnodes", self.nnodes, minimum=1)
+        if self.world_size % self.nnodes:
+            raise ValueError(f"world_size {self.world_size} is not divisible by nnodes {self.nnodes}")
+        if not isinstance(self.driver_port, int) or not 0 <= self.driver_port < 65536:
+            raise ValueError(f"driver_port must be a port number or 0, got {self.driver_port!r}")
         if self.world_size > 255:
             raise ValueError(f"world_size must be at most 255, got {self.world_size}")
         for name in ("startup_timeout", "enqueue_timeout", "shutdown_grace", "sigterm_grace",
-                     "worker_exit_grace"):
+                     "worker_exit_grace", "heartbeat_interval", "node_timeout"):
             _check_positive(name, getattr(self, name))
+        if self.node_timeout <= self.heartbeat_interval:
+            raise ValueError("node_timeout must be longer than heartbeat_interval")
         if self.start_method is not None and self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
         if self.worker_threads is not None:
@@ -57,6 +75,22 @@ class ExecutorConfig:
     @property
     def world_size(self) -> int:
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def local_world_size(self) -> int:
+        """Workers per node; the driver's node (0) runs ranks 0 .. local_world_size - 1."""
+        return self.world_size // self.nnodes
+
+    def node_ranks(self, node: int) -> list[int]:
+        start = node * self.local_world_size
+        return list(range(start, start + self.local_world_size))
+
+    @property
+    def remote_ranks(self) -> list[int]:
+        return list(range(self.local_world_size, self.world_size))
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.local_world_size
 
     @property
     def output_rank(self) -> int:
@@ -78,7 +112,7 @@ class ExecutorConfig:
     def thread_cap(self) -> int:
         if self.worker_threads is not None:
             return self.worker_threads
-        return max(1, (multiprocessing.cpu_count() or 1) // self.world_size)
+        return max(1, (multiprocessing.cpu_count() or 1) // self.local_world_size)
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> None:

@@ -6,7 +6,8 @@
     │   └── CorruptMessageError  a message failed its checksum; it was skipped, the queue is still in sync
     ├── WorkerStartupError       a worker failed before READY; carries the worker's own traceback
     ├── QueueCorruptedError      shared-memory metadata is damaged; the queue cannot be trusted any more
-    └── QueueFullError           the writer waited its whole deadline on a reader that did not read
+    ├── QueueFullError           the writer waited its whole deadline on a reader that did not read
+    └── AuthenticationError      a TCP message failed its HMAC: rejected, never unpickled
     RequestPicklingError (TypeError, pickle.PicklingError)   arguments cannot be pickled; nothing was sent
     ReplyUnpicklingError (ExecutorError, pickle.UnpicklingError)  a reply arrived but could not be unpickled
 """
@@ -86,3 +87,7 @@ class RequestPicklingError(TypeError, pickle.PicklingError):
 
 class ReplyUnpicklingError(ExecutorError, pickle.UnpicklingError):
     """A worker's reply arrived intact but could not be unpickled in the driver."""
+
+
+class AuthenticationError(ExecutorError):
+    """A message from the network failed its HMAC check; it was rejected and never unpickled."""

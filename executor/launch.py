@@ -76,19 +76,33 @@ def make_context(start_method: str) -> multiprocessing.context.BaseContext:
     return ctx
 
 
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def distributed_init_method(cfg: ExecutorConfig) -> str:
+    """torch.distributed's rendezvous: on loopback, or on the driver's address for remote nodes."""
+    if cfg.nnodes == 1:
+        return f"tcp://127.0.0.1:{free_loopback_port()}"
+    return f"tcp://{cfg.driver_host}:{free_port(cfg.driver_host)}"
+
+
 def start_workers(
     cfg: ExecutorConfig, rpc_spec: QueueSpec, token: str, policy: WaitPolicy,
-    trace: tuple[int, int, int] | None = None,
+    trace: tuple[int, int, int] | None = None, init_method: str | None = None,
 ) -> tuple[list[WorkerHandle], Wiring]:
-    """Start every worker process (not yet READY)."""
+    """Start the worker processes of this node, ranks 0 .. local_world_size - 1 (not yet READY)."""
     method = cfg.resolved_start_method()
     ctx = make_context(method)
     rpc_writer_r, rpc_writer_w = ctx.Pipe(duplex=False)
     death_r, death_w = ctx.Pipe(duplex=False)
     wiring = Wiring(rpc_writer_r, death_w, [rpc_writer_w, death_r])
-    init_method = f"tcp://127.0.0.1:{free_loopback_port()}"
+    if init_method is None:
+        init_method = distributed_init_method(cfg)
     handles = []
-    for rank in range(cfg.world_size):
+    for rank in range(cfg.local_world_size):
         wctx = WorkerContext(
             rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
             init_method, dict(cfg.worker_kwargs), cfg.async_scheduling,

@@ -5,6 +5,8 @@
        └── future / result ◄── ReplyCollector ◄── reply queue r (shm ring, 1 reader) ◄─────┘
     monitor thread: waits on worker sentinels ──► _fail() ──► cancel pipe wakes every waiter
     death pipe: only the driver holds the write end; closing it (or dying) tells workers to go
+    nnodes > 1: requests also go to a TCP hub thread (executor/tcp_driver.py) that sends them
+    to the workers of the other nodes; their replies come back through it; a lost node fails us
 
 Invariants:
 - ``_send_lock`` orders request ids, the rpc queue and the pending deque identically; a call
@@ -22,6 +24,8 @@ import itertools
 import logging
 import os
 import secrets
+import shutil
+import tempfile
 import threading
 import time
 import weakref
@@ -33,12 +37,15 @@ from executor import failpoints, shm
 from executor.calls import PendingCall, ReplyCollector, RpcFuture
 from executor.config import ExecutorConfig
 from executor.errors import ExecutorFailedError, RequestPicklingError
-from executor.launch import Wiring, WorkerHandle, start_workers, wait_ready
+from executor.launch import Wiring, WorkerHandle, distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
 from executor.protocol import ALL_RANKS, REQUEST, describe_exit
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.stopping import stop_processes
+from executor.tcp_driver import DriverHub, NodeConfig, TcpBroadcastWriter, TcpReplies
+from executor.tcp_wire import read_secret_file, secret_from_env, write_secret_file
+from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
 
 log = logging.getLogger("executor")
@@ -55,6 +62,8 @@ class _Resources:
         self.handles: list[WorkerHandle] = []
         self.wiring: Wiring | None = None
         self.monitor: WorkerMonitor | None = None
+        self.hub: DriverHub | None = None  # nnodes > 1 only
+        self.secret_dir: str | None = None  # a private temp dir holding a generated secret file
         self.cancel_r, self.cancel_w = os.pipe()
         self.cancel_closed = False  # guarded by lock: never write to a recycled fd number
         self.lock = threading.Lock()
@@ -102,6 +111,8 @@ class _Resources:
         self.cancel()
         if self.wiring is not None:
             self.wiring.death.close()
+        if self.hub is not None:
+            self.hub.stop()  # BYE to remote workers, in parallel with stopping local ones
         stop_processes(
             [(h.rank, h.process) for h in self.handles],
             self.cfg.shutdown_grace, self.cfg.sigterm_grace, self._record_step,
@@ -143,6 +154,17 @@ class _Resources:
             self.cancel_closed = True
             os.close(self.cancel_r)
             os.close(self.cancel_w)
+        self._close_hub()
+
+    def _close_hub(self) -> None:
+        hub = self.hub
+        if hub is not None:
+            hub.stop()
+            if hub is not threading.current_thread():
+                hub.join(5.0)
+            hub.close()
+        if self.secret_dir is not None:
+            shutil.rmtree(self.secret_dir, ignore_errors=True)
 
 
 def _close_process(handle: WorkerHandle) -> None:
@@ -184,36 +206,92 @@ class MultiprocExecutor:
         span = self._rec.start_span("executor.startup", None, {
             "faultlab.world_size": cfg.world_size, "faultlab.worker": cfg.worker,
         }) if self._rec.enabled else None
-        rpc_spec = QueueSpec(shm.segment_name(token, "rpc"), cfg.world_size, cfg.n_chunks,
+        rpc_spec = QueueSpec(shm.segment_name(token, "rpc"), cfg.local_world_size, cfg.n_chunks,
                              cfg.chunk_bytes, cfg.checksum)
         res.names.append(rpc_spec.name)
-        res.names += [shm.segment_name(token, f"reply{r}") for r in range(cfg.world_size)]
+        res.names += [shm.segment_name(token, f"reply{r}") for r in range(cfg.local_world_size)]
         rpc_ring = ShmRingBuffer(rpc_spec, create=True)
         res.rings.append(rpc_ring)
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
-        res.handles, res.wiring = start_workers(cfg, rpc_spec, token, policy, trace)
+        init_method = distributed_init_method(cfg)
+        if cfg.nnodes > 1:
+            self._start_hub(NodeConfig(cfg, init_method, policy, trace))
+        deadline = time.monotonic() + cfg.startup_timeout
+        res.handles, res.wiring = start_workers(cfg, rpc_spec, token, policy, trace, init_method)
         try:
             wait_ready(res.handles, cfg.startup_timeout, self._rec,
                        span.context if span is not None else None)
+            if res.hub is not None:
+                res.hub.wait_ready(deadline, cfg.startup_timeout)
         except BaseException as exc:
             if span is not None:
                 span.end(exc)
             raise
-        self._writer = QueueWriter(
+        shm_writer = QueueWriter(
             rpc_ring, [h.rpc_bell.fileno() for h in res.handles],
             Doorbell(res.wiring.rpc_writer_bell.fileno()), [res.cancel_r], self._raise_failure, policy,
         )
+        self._writer: MessageWriter = shm_writer
+        readers: list[MessageReader] = list(self._attach_replies(policy))
+        if res.hub is not None:
+            self._writer = BroadcastWriter([shm_writer, TcpBroadcastWriter(res.hub)])
+            replies = TcpReplies(res.hub, [res.cancel_r], self._raise_failure)
+            readers += [replies.reader(rank) for rank in cfg.remote_ranks]
         self._collector = ReplyCollector(
-            self._attach_replies(policy), res.reply_lock, lambda: self._failure, self._fail,
-            self._call_resolved, self._rec,
+            readers, res.reply_lock, lambda: self._failure, self._fail, self._call_resolved, self._rec,
         )
         for name in res.names:
             shm.unlink(name)  # everyone has mapped everything: nothing to leak from here on
         res.monitor = WorkerMonitor([(h.rank, h.process) for h in res.handles], self._death_callback())
         res.monitor.start()
+        if res.hub is not None:
+            self._serve_remote(res.hub)
         if span is not None:
             span.set_attribute("faultlab.worker_pids", str(self.worker_pids))
             span.end()
+
+    def _start_hub(self, node_config: NodeConfig) -> None:
+        """Bind the TCP socket remote workers connect to and start its thread."""
+        cfg, res = self.config, self._res
+        secret = self._secret()
+        res.hub = DriverHub(cfg, secret, node_config)
+        res.hub.start()
+        log.info("executor: remote workers connect to %s (node ranks 1..%d; secret in %s)",
+                 res.hub.address, cfg.nnodes - 1, self.secret_file or "$FAULTLAB_SECRET")
+
+    def _secret(self) -> bytes:
+        """FAULTLAB_SECRET, else the configured file (read, or created), else a fresh private file."""
+        self.secret_file: str | None = None
+        env = secret_from_env()
+        if env is not None:
+            return env
+        path = self.config.secret_file
+        if path is not None and os.path.exists(path):
+            self.secret_file = path
+            return read_secret_file(path)
+        if path is None:
+            self._res.secret_dir = tempfile.mkdtemp(prefix="faultlab-secret-")
+            path = os.path.join(self._res.secret_dir, "secret")
+        secret = secrets.token_bytes(32)
+        write_secret_file(path, secret)
+        self.secret_file = path
+        return secret
+
+    def _serve_remote(self, hub: DriverHub) -> None:
+        """From now on a lost node fails the executor (before, it failed start-up)."""
+        method = weakref.WeakMethod(self._on_node_lost)
+
+        def on_lost(node: int, ranks: list[int], why: str) -> None:
+            bound = method()
+            if bound is not None:
+                bound(node, ranks, why)
+
+        hub.on_lost = on_lost
+        with hub._cond:
+            hub.serving = True
+            lost = hub.lost
+        if lost is not None:
+            threading.Thread(target=on_lost, args=(0, [], lost), name="faultlab-node-lost").start()
 
     def _attach_replies(self, policy: WaitPolicy) -> list[QueueReader]:
         readers = []
@@ -231,7 +309,20 @@ class MultiprocExecutor:
 
     @property
     def worker_pids(self) -> list[int]:
-        return [h.pid for h in self._res.handles]
+        pids = [h.pid for h in self._res.handles]
+        if self._res.hub is not None:
+            pids += [self._res.hub.pids.get(r, 0) for r in self.config.remote_ranks]
+        return pids
+
+    @property
+    def driver_address(self) -> str | None:
+        """"HOST:PORT" that remote workers connect to (None when nnodes is 1)."""
+        return self._res.hub.address if self._res.hub is not None else None
+
+    @property
+    def rejected_messages(self) -> int:
+        """How many TCP messages failed authentication and were dropped unread."""
+        return self._res.hub.rejected if self._res.hub is not None else 0
 
     @property
     def is_failed(self) -> bool:
@@ -260,6 +351,9 @@ class MultiprocExecutor:
     def check_health(self) -> None:
         """Raise ExecutorFailedError if the executor failed or any worker is gone."""
         self._raise_failure()
+        hub = self._res.hub
+        if hub is not None and hub.lost is not None:
+            raise ExecutorFailedError(hub.lost)
         for h in self._res.handles:
             if h.process.exitcode is not None:
                 raise ExecutorFailedError(
@@ -437,6 +531,16 @@ class MultiprocExecutor:
                 "process.exit.code": -1 if exitcode is None else exitcode,
                 "faultlab.detected_ns": detected_ns,
             })
+        self._fail(error)
+        self._res.shutdown()
+        self._run_callbacks()
+
+    def _on_node_lost(self, node: int, ranks: list[int], why: str) -> None:
+        error = ExecutorFailedError(f"{why}; the executor has shut down and every pending call failed")
+        error.node, error.ranks = node, ranks  # type: ignore[attr-defined]
+        if self._rec.enabled:
+            self._rec.event("executor.node_lost", {"faultlab.node": node, "faultlab.ranks": str(ranks),
+                                                   "faultlab.detected_ns": time.time_ns()})
         self._fail(error)
         self._res.shutdown()
         self._run_callbacks()

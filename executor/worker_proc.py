@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import telemetry
 from executor import failpoints
@@ -50,6 +50,7 @@ from executor.protocol import (
 )
 from executor.serialization import decode, encode, peek
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
+from executor.transport import MessageReader, MessageWriter
 from executor.waiting import Doorbell, WaitPolicy
 from executor.worker_base import WorkerContext
 
@@ -83,6 +84,21 @@ class WorkerBootstrap:
     keep_buffers: bool = True
 
 
+class ProcessBoot(Protocol):
+    """What process set-up needs from a bootstrap (local ``WorkerBootstrap`` or remote)."""
+
+    ctx: WorkerContext
+    worker: str
+    death: Connection
+    death_writer_fd: int
+    start_method: str
+    thread_cap: int
+    exit_grace_s: float
+    trace: tuple[int, int, int] | None
+    environ: dict[str, str]
+    keep_buffers: bool
+
+
 class _Leave(Exception):
     """The death pipe reached EOF: leave the loop and exit."""
 
@@ -109,7 +125,7 @@ def worker_main(boot: WorkerBootstrap) -> None:
     proc.run()
 
 
-def _prepare_process(boot: WorkerBootstrap) -> _ExitState:
+def _prepare_process(boot: ProcessBoot) -> _ExitState:
     if boot.start_method == "fork":
         _close_quietly(boot.death_writer_fd)
     elif boot.start_method == "forkserver":
@@ -207,7 +223,7 @@ def _cap_threads(cap: int, rank: int) -> None:
              rank, cap)
 
 
-def _watch_parent(boot: WorkerBootstrap, state: _ExitState) -> None:
+def _watch_parent(boot: ProcessBoot, state: _ExitState) -> None:
     fd = boot.death.fileno()
     try:
         while os.read(fd, 1):
@@ -244,28 +260,38 @@ def _build_worker(spec: str, ctx: WorkerContext) -> Any:
 class WorkerProc:
     """The worker's queues, its worker object, and the serve loop."""
 
-    def __init__(self, boot: WorkerBootstrap, state: _ExitState) -> None:
+    def __init__(
+        self, boot: ProcessBoot, state: _ExitState,
+        queues: tuple[MessageReader, MessageWriter] | None = None,
+    ) -> None:
         self.rank = boot.ctx.rank
         self.state = state
         self.rec = telemetry.get_recorder()
-        death = [boot.death.fileno()]
-        for conn in (boot.rpc_bell, boot.reply_writer_bell, boot.rpc_writer_bell, boot.reply_bell):
-            os.set_blocking(conn.fileno(), False)
-        self.reply_ring = ShmRingBuffer(boot.reply, create=True)
-        self.rpc_ring = ShmRingBuffer(boot.rpc, create=False)
-        self.reader = QueueReader(
-            self.rpc_ring, self.rank, Doorbell(boot.rpc_bell.fileno()),
-            boot.rpc_writer_bell.fileno(), death, self._leave, boot.wait_policy,
-        )
-        self.writer = QueueWriter(
-            self.reply_ring, [boot.reply_bell.fileno()], Doorbell(boot.reply_writer_bell.fileno()),
-            death, self._leave, boot.wait_policy,
-        )
+        if queues is None:
+            assert isinstance(boot, WorkerBootstrap)
+            queues = self._shm_queues(boot)
+        self.reader, self.writer = queues
         self.worker = _build_worker(boot.worker, boot.ctx)
         self._replies: queue.SimpleQueue[tuple[int, int, Any]] | None = None
         if boot.ctx.async_scheduling:
             self._replies = queue.SimpleQueue()
             threading.Thread(target=self._reply_loop, name="faultlab-replies", daemon=True).start()
+
+    def _shm_queues(self, boot: WorkerBootstrap) -> tuple[QueueReader, QueueWriter]:
+        death = [boot.death.fileno()]
+        for conn in (boot.rpc_bell, boot.reply_writer_bell, boot.rpc_writer_bell, boot.reply_bell):
+            os.set_blocking(conn.fileno(), False)
+        self.reply_ring = ShmRingBuffer(boot.reply, create=True)
+        self.rpc_ring = ShmRingBuffer(boot.rpc, create=False)
+        reader = QueueReader(
+            self.rpc_ring, self.rank, Doorbell(boot.rpc_bell.fileno()),
+            boot.rpc_writer_bell.fileno(), death, self._leave, boot.wait_policy,
+        )
+        writer = QueueWriter(
+            self.reply_ring, [boot.reply_bell.fileno()], Doorbell(boot.reply_writer_bell.fileno()),
+            death, self._leave, boot.wait_policy,
+        )
+        return reader, writer
 
     @staticmethod
     def _leave() -> None:
@@ -457,3 +483,8 @@ class _TracedSpans(_WorkerSpans):
         dequeue.end(None, self._unpickled_ns)
         if self._reply_ns:
             rec.start_span("worker.reply_enqueue", parent, None, self._reply_ns).end(None, done_ns)
+
+
+def leave_loop() -> None:
+    """An ``on_interrupt`` for queue ends: the death pipe fired, leave the serve loop."""
+    raise _Leave

@@ -1,0 +1,142 @@
+"""The bytes on the TCP link between the driver and remote workers, and their authentication.
+
+    zmq multipart message = mac │ head │ part 1 │ … │ part k
+    head = magic "FLT1" · kind · rank · msg_id
+    mac  = HMAC-SHA256(secret, len(head) head len(part 1) part 1 …)   (lengths as u64)
+
+Every message is checked before anything else looks at it: a message whose MAC does not
+match (tampered, or sent by someone without the per-executor secret) raises
+``AuthenticationError`` and its payload is never unpickled.  The secret is 32 random bytes
+per executor, handed to remote workers out of band (``FAULTLAB_SECRET`` or a 0600 file),
+like multiprocessing's authkey.  Not covered: replay of a recorded message by someone on
+the path (there is no per-link nonce); bind to loopback or a trusted network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import math
+import os
+import secrets
+import stat
+import struct
+from collections.abc import Sequence
+from hashlib import sha256
+
+from executor.errors import AuthenticationError
+
+SECRET_ENV = "FAULTLAB_SECRET"
+MAGIC = b"FLT1"
+_HEAD = struct.Struct("<4sBiQ")  # magic, kind, rank (-1: the driver), msg_id
+_LEN = struct.Struct("<Q")
+MAC_BYTES = 32
+
+HELLO = 1  # agent -> driver: rank field = node rank
+CONFIG = 2  # driver -> agent: payload = pickled NodeConfig
+READY = 3  # worker -> driver: msg_id = pid
+START_ERROR = 4  # worker -> driver: payload = pickled RemoteError
+DATA = 5  # request (driver -> workers) or reply (worker -> driver): payload = a frame's parts
+HEARTBEAT = 6  # either way; any authenticated message also counts as a sign of life
+BYE = 7  # driver -> everyone: the executor is shutting down, leave
+KIND_NAMES = {HELLO: "HELLO", CONFIG: "CONFIG", READY: "READY", START_ERROR: "START_ERROR",
+              DATA: "DATA", HEARTBEAT: "HEARTBEAT", BYE: "BYE"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Envelope:
+    """An authenticated message: its head fields and its payload frames."""
+
+    kind: int
+    rank: int
+    msg_id: int
+    parts: list[bytes]
+
+    def payload(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
+def mac(secret: bytes, frames: Sequence[bytes | memoryview]) -> bytes:
+    h = hmac.new(secret, digestmod=sha256)
+    for frame in frames:
+        h.update(_LEN.pack(len(frame)))
+        h.update(frame)
+    return h.digest()
+
+
+def seal(secret: bytes, kind: int, rank: int, msg_id: int,
+         parts: Sequence[bytes | memoryview] = ()) -> list[bytes | memoryview]:
+    """The frames of one authenticated message."""
+    frames: list[bytes | memoryview] = [_HEAD.pack(MAGIC, kind, rank, msg_id)]
+    frames += [memoryview(p).cast("B") if isinstance(p, memoryview) else p for p in parts]
+    return [mac(secret, frames), *frames]
+
+
+def unseal(secret: bytes, frames: Sequence[bytes]) -> Envelope:
+    """Check a received message; raise AuthenticationError before anything else reads it."""
+    if len(frames) < 2 or len(frames[0]) != MAC_BYTES:
+        raise AuthenticationError(f"malformed message ({len(frames)} frame(s)); rejected unread")
+    if not hmac.compare_digest(frames[0], mac(secret, frames[1:])):
+        raise AuthenticationError(
+            "message failed HMAC authentication (tampered, or sent without the executor's "
+            "secret); rejected without unpickling"
+        )
+    if len(frames[1]) != _HEAD.size:
+        raise AuthenticationError("authenticated message has a malformed head")  # a bug, not an attack
+    magic, kind, rank, msg_id = _HEAD.unpack(frames[1])
+    if magic != MAGIC or kind not in KIND_NAMES:
+        raise AuthenticationError(f"authenticated message has unknown magic/kind {magic!r}/{kind}")
+    return Envelope(kind, rank, msg_id, list(frames[2:]))
+
+
+def new_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def write_secret_file(path: str, secret: bytes) -> None:
+    """Write the secret as hex, readable by its owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret.hex() + "\n")
+
+
+def read_secret_file(path: str) -> bytes:
+    mode = os.stat(path).st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionError(f"secret file {path} is readable by others (chmod 600 it)")
+    with open(path) as f:
+        return parse_secret(f.read())
+
+
+def parse_secret(text: str) -> bytes:
+    try:
+        secret = bytes.fromhex(text.strip())
+    except ValueError:
+        raise ValueError("the secret must be hex (64 digits for 32 bytes)") from None
+    if len(secret) < 16:
+        raise ValueError(f"the secret is too short ({len(secret)} bytes; use 32)")
+    return secret
+
+
+def secret_from_env() -> bytes | None:
+    text = os.environ.get(SECRET_ENV)
+    return parse_secret(text) if text else None
+
+
+def rank_identity(rank: int) -> bytes:
+    return b"r%d" % rank
+
+
+def node_identity(node: int) -> bytes:
+    return b"n%d" % node
+
+
+def parse_head(head: bytes) -> tuple[int, int, int]:
+    """(kind, rank, msg_id) of a head that ``unseal`` already accepted."""
+    _magic, kind, rank, msg_id = _HEAD.unpack(head)
+    return kind, rank, msg_id
+
+
+def poll_ms(seconds: float | None) -> int | None:
+    """A ZeroMQ poll timeout: whole milliseconds, rounded up so a wait never ends early."""
+    return None if seconds is None else max(0, math.ceil(seconds * 1e3))

@@ -1,0 +1,339 @@
+"""The remote worker's end of the TCP transport, and the agent that starts a node's workers.
+
+    faultlab worker --driver HOST:PORT --node-rank K            (the node agent)
+        HELLO ──► driver ──► CONFIG (ExecutorConfig, init method)    authenticated both ways
+        fork one worker per rank of node K; hold their death pipe; wait for them
+
+    remote worker rank r
+        main thread:  LinkReader.read ◄─ inproc ◄─┐         ┌─► inproc ─► LinkWriter (replies)
+                                                  WorkerLink thread ── DEALER ◄══ TCP ══► driver
+        the link thread checks every message's HMAC, heartbeats every interval, and on BYE or
+        ``node_timeout`` of driver silence leaves exactly as on death-pipe EOF: SIGTERM to
+        itself, then ``os._exit`` after a short grace.
+
+Invariants:
+- Only the link thread touches the TCP socket; the main thread and the async reply thread
+  share the inproc sending end under a lock.
+- A request that fails authentication is never unpickled: the reader raises
+  ``CorruptMessageError`` for it (the serve loop answers with an error), as for a damaged chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import zmq
+
+from executor.errors import AuthenticationError, CorruptMessageError
+from executor.protocol import EXIT_PARENT_DIED, EXIT_STARTUP_FAILED, RemoteError
+from executor.tcp_driver import NodeConfig
+from executor.tcp_wire import (
+    BYE,
+    CONFIG,
+    DATA,
+    HEARTBEAT,
+    HELLO,
+    READY,
+    START_ERROR,
+    node_identity,
+    parse_head,
+    poll_ms,
+    rank_identity,
+    seal,
+    unseal,
+)
+from executor.waiting import WaitPolicy
+from executor.worker_base import WorkerContext
+from executor.worker_proc import WorkerProc, _ExitState, _prepare_process, leave_loop
+
+log = logging.getLogger("executor.tcp")
+_DAMAGED = b"X"  # link -> main: a request failed authentication; then its (untrusted) msg_id
+
+
+@dataclasses.dataclass
+class RemoteBootstrap:
+    """Everything a remote worker process starts with (see ``ProcessBoot``)."""
+
+    ctx: WorkerContext
+    worker: str
+    driver: str  # "host:port"
+    secret: bytes
+    heartbeat_interval: float
+    node_timeout: float
+    death: Connection  # read end of the agent's death pipe
+    death_writer_fd: int
+    start_method: str
+    thread_cap: int
+    wait_policy: WaitPolicy
+    exit_grace_s: float = 0.1
+    trace: tuple[int, int, int] | None = None
+    environ: dict[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    keep_buffers: bool = True
+
+
+def _socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.LINGER, 0)
+    return sock
+
+
+class WorkerLink(threading.Thread):
+    """Owns this worker's TCP socket; relays requests in and replies out; heartbeats."""
+
+    def __init__(self, boot: RemoteBootstrap, state: _ExitState) -> None:
+        super().__init__(name="faultlab-tcp-link", daemon=True)
+        self.boot, self.state, self.rank = boot, state, boot.ctx.rank
+        self.ctx = zmq.Context()
+        self.dealer = _socket(self.ctx, zmq.DEALER)
+        self.dealer.setsockopt(zmq.ROUTING_ID, rank_identity(self.rank))
+        self.dealer.setsockopt(zmq.LINGER, 2000)  # let the last reply / start-up error out
+        self.dealer.connect(f"tcp://{boot.driver}")
+        base = f"inproc://faultlab-link-{os.getpid()}"
+        self._to_main = _socket(self.ctx, zmq.PUSH)
+        self._to_main.bind(base + "-in")
+        self._from_main = _socket(self.ctx, zmq.PULL)
+        self._from_main.bind(base + "-out")
+        self.inbox = _socket(self.ctx, zmq.PULL)  # main thread
+        self.inbox.connect(base + "-in")
+        self.outbox = _socket(self.ctx, zmq.PUSH)  # main and reply threads, under outbox_lock
+        self.outbox.connect(base + "-out")
+        self.outbox_lock = threading.Lock()
+        self._stop_r, self._stop_w = os.pipe()
+        self.gone_r, self.gone_w = os.pipe()  # readable once the driver is gone: an interrupt fd
+        self._leaving = False
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        for sock in (self.dealer, self._from_main, self._stop_r):
+            poller.register(sock, zmq.POLLIN)
+        last_seen = next_beat = time.monotonic()
+        while not self._leaving:
+            events = dict(poller.poll(poll_ms(self.boot.heartbeat_interval)))
+            if self._stop_r in events:
+                break
+            if self.dealer in events and self._take_network():
+                last_seen = time.monotonic()
+            if self._from_main in events:
+                self._forward_replies()
+            now = time.monotonic()
+            if now - last_seen > self.boot.node_timeout:
+                self._leave(f"no message from the driver for {now - last_seen:.1f} s")
+            if now >= next_beat:
+                self.dealer.send_multipart(seal(self.boot.secret, HEARTBEAT, self.rank, 0))
+                next_beat = now + self.boot.heartbeat_interval
+        # Leaving: the driver is gone, so nothing queued can be delivered; else flush.
+        self.dealer.close(linger=0 if self._leaving else None)
+        for sock in (self._to_main, self._from_main):
+            sock.close()
+
+    def _take_network(self) -> bool:
+        """Relay what the driver sent; True if any of it was authentic."""
+        authentic = False
+        while True:
+            try:
+                frames = self.dealer.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return authentic
+            try:
+                env = unseal(self.boot.secret, frames)
+            except AuthenticationError as exc:
+                log.error("worker %d: rejected a message from the driver's link: %s", self.rank, exc)
+                msg_id = parse_head(frames[1])[2] if len(frames) > 1 and len(frames[1]) == 17 else 0
+                self._to_main.send_multipart([_DAMAGED, msg_id.to_bytes(8, "little"), str(exc).encode()])
+                continue
+            authentic = True
+            if env.kind == DATA:
+                self._to_main.send_multipart([frames[1], *env.parts], copy=False)
+            elif env.kind == BYE:
+                self._leave("the driver shut down", logging.INFO)
+
+    def _forward_replies(self) -> None:
+        while True:
+            try:
+                frames = self._from_main.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self.dealer.send_multipart(frames, copy=False)
+
+    def _leave(self, why: str, level: int = logging.WARNING) -> None:
+        """As on death-pipe EOF: SIGTERM to ourselves, then exit hard if still here."""
+        if self._leaving:
+            return
+        self._leaving = True  # the loop ends and closes its sockets, so the context can end
+        log.log(level, "worker %d: leaving: %s", self.rank, why)
+        os.write(self.gone_w, b"\1")  # an idle main thread leaves its read at once
+        if not self.state.exiting:  # a busy one is interrupted (aimed at it: a process-wide
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)  # one could land here)
+        hard_exit = threading.Timer(self.boot.exit_grace_s + 1.0, os._exit, args=(EXIT_PARENT_DIED,))
+        hard_exit.daemon = True  # only for a main thread stuck in C code
+        hard_exit.start()
+
+    def send(self, kind: int, msg_id: int, parts: Sequence[memoryview | bytes] = ()) -> None:
+        frames = seal(self.boot.secret, kind, self.rank, msg_id, parts)
+        with self.outbox_lock:
+            self.outbox.send_multipart(frames, copy=True)
+
+    def close(self) -> None:
+        """Flush and close (the main thread, once the serve loop is over)."""
+        os.write(self._stop_w, b"\1")
+        self.join(5.0)
+        for sock in (self.inbox, self.outbox):
+            sock.close()
+        self.ctx.term()
+
+
+class LinkReader:
+    """``read(deadline)`` on the requests the link thread relays, like ``QueueReader``."""
+
+    def __init__(self, link: WorkerLink, interrupt_fds: Sequence[int],
+                 on_interrupt: Callable[[], None]) -> None:
+        self._sock = link.inbox
+        self._fds = list(interrupt_fds)
+        self._on_interrupt = on_interrupt
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        for fd in self._fds:
+            self._poller.register(fd, zmq.POLLIN)
+
+    def read(self, deadline: float | None) -> tuple[int, bytes] | None:
+        while True:
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                return None
+            events = dict(self._poller.poll(poll_ms(timeout)))
+            if any(fd in events for fd in self._fds):
+                self._on_interrupt()
+            if self._sock in events:
+                return self._take()
+
+    def _take(self) -> tuple[int, bytes]:
+        frames = self._sock.recv_multipart()
+        if frames[0] == _DAMAGED:
+            msg_id = int.from_bytes(frames[1], "little")
+            what = frames[2].decode()
+            error = CorruptMessageError(
+                f"message {msg_id} on the TCP link was rejected ({what})",
+                exc_type="AuthenticationError", exc_message=what,
+            )
+            error.msg_id = msg_id
+            raise error
+        msg_id = parse_head(frames[0])[2]
+        return msg_id, frames[1] if len(frames) == 2 else b"".join(frames[1:])
+
+
+class LinkWriter:
+    """``write(msg_id, parts, deadline)`` that seals a reply and hands it to the link thread."""
+
+    def __init__(self, link: WorkerLink) -> None:
+        self._link = link
+
+    def write(self, msg_id: int, parts: Sequence[memoryview | bytes], deadline: float | None) -> None:
+        self._link.send(DATA, msg_id, parts)
+
+
+def remote_worker_main(boot: RemoteBootstrap) -> None:
+    """Process entry point of a remote worker."""
+    state = _prepare_process(boot)
+    link = WorkerLink(boot, state)
+    link.start()
+    try:
+        reader = LinkReader(link, [boot.death.fileno(), link.gone_r], leave_loop)
+        proc = WorkerProc(boot, state, (reader, LinkWriter(link)))
+    except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
+        link.send(START_ERROR, 0, [pickle.dumps(RemoteError.capture(exc))])
+        link.close()
+        sys.exit(EXIT_STARTUP_FAILED)
+    link.send(READY, os.getpid())
+    try:
+        proc.run()
+    finally:
+        link.close()
+
+
+# ---------------------------------------------------------------------- the node agent
+
+
+def fetch_node_config(driver: str, node: int, secret: bytes, timeout: float) -> NodeConfig:
+    """Say HELLO to the driver and return its CONFIG (authenticated), retrying until ``timeout``."""
+    ctx = zmq.Context()
+    sock = _socket(ctx, zmq.DEALER)
+    try:
+        sock.setsockopt(zmq.ROUTING_ID, node_identity(node))
+        sock.connect(f"tcp://{driver}")
+        sock.send_multipart(seal(secret, HELLO, node, 0))
+        if not sock.poll(poll_ms(timeout)):
+            raise TimeoutError(f"no CONFIG from the driver at {driver} within {timeout:g} s "
+                               "(is it running, and is the secret the same?)")
+        while True:
+            env = unseal(secret, sock.recv_multipart())
+            if env.kind == CONFIG:
+                config: NodeConfig = pickle.loads(env.payload())  # authenticated: from the driver
+                return config
+    finally:
+        sock.close()
+        ctx.term()  # before any fork: a child must not inherit a live ZeroMQ context
+
+
+def run_node(driver: str, node: int, secret: bytes, connect_timeout: float) -> int:
+    """Start node ``node``'s workers and wait for them; the exit code says whether all went well."""
+    config = fetch_node_config(driver, node, secret, connect_timeout)
+    cfg = config.cfg
+    if not 1 <= node < cfg.nnodes:
+        raise ValueError(f"node rank {node} is not in 1..{cfg.nnodes - 1}")
+    importlib.import_module(cfg.worker.partition(":")[0])  # forked workers start loaded
+    method = "fork" if threading.active_count() == 1 else "forkserver"
+    mp = multiprocessing.get_context(method)
+    death_r, death_w = mp.Pipe(duplex=False)
+    processes = [_start_remote(mp, config, driver, secret, rank, death_r, death_w, method)
+                 for rank in cfg.node_ranks(node)]
+    death_r.close()
+    log.info("node %d: started ranks %s (pids %s)", node, cfg.node_ranks(node),
+             [p.pid for p in processes])
+    return _wait_children(processes, death_w)
+
+
+def _start_remote(
+    mp: Any, config: NodeConfig, driver: str, secret: bytes, rank: int,
+    death_r: Connection, death_w: Connection, method: str,
+) -> Any:
+    cfg = config.cfg
+    ctx = WorkerContext(rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
+                        config.init_method, dict(cfg.worker_kwargs), cfg.async_scheduling)
+    boot = RemoteBootstrap(
+        ctx, cfg.worker, driver, secret, cfg.heartbeat_interval, cfg.node_timeout, death_r,
+        death_w.fileno(), method, cfg.thread_cap(), config.wait_policy, cfg.worker_exit_grace,
+        config.trace,
+    )
+    process = mp.Process(target=remote_worker_main, args=(boot,), name=f"faultlab-worker-{rank}",
+                         daemon=True)
+    process.start()
+    return process
+
+
+def _wait_children(processes: list[Any], death_w: Connection) -> int:
+    """Wait for every worker; SIGTERM/SIGINT to the agent closes their death pipe first."""
+    def stop(_signum: int, _frame: Any) -> None:
+        death_w.close()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    pending = {p.sentinel: p for p in processes}
+    while pending:
+        for sentinel in wait(list(pending)):
+            pending.pop(sentinel).join()
+    normal = (0, EXIT_PARENT_DIED, 128 + signal.SIGTERM, -signal.SIGTERM)
+    return 0 if all(p.exitcode in normal for p in processes) else 1

@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from executor import shm
+from executor import death_pipes, shm
 from executor.config import ExecutorConfig
 from executor.errors import WorkerStartupError
 from executor.protocol import RemoteError, describe_exit
@@ -98,6 +98,7 @@ def start_workers(
     ctx = make_context(method)
     rpc_writer_r, rpc_writer_w = ctx.Pipe(duplex=False)
     death_r, death_w = ctx.Pipe(duplex=False)
+    death_pipes.register(death_w.fileno())
     wiring = Wiring(rpc_writer_r, death_w, [rpc_writer_w, death_r])
     if init_method is None:
         init_method = distributed_init_method(cfg)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import telemetry
-from executor import failpoints, shm
+from executor import death_pipes, failpoints, shm
 from executor.calls import PendingCall, ReplyCollector, RpcFuture
 from executor.config import ExecutorConfig
 from executor.errors import ExecutorFailedError, RequestPicklingError
@@ -110,6 +110,7 @@ class _Resources:
             self.monitor.stop()
         self.cancel()
         if self.wiring is not None:
+            death_pipes.unregister(self.wiring.death.fileno())
             self.wiring.death.close()
         if self.hub is not None:
             self.hub.stop()  # BYE to remote workers, in parallel with stopping local ones

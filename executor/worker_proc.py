@@ -36,7 +36,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 import telemetry
-from executor import failpoints
+from executor import death_pipes, failpoints
 from executor.errors import CorruptMessageError, QueueCorruptedError
 from executor.protocol import (
     ALL_RANKS,
@@ -127,7 +127,8 @@ def worker_main(boot: WorkerBootstrap) -> None:
 
 def _prepare_process(boot: ProcessBoot) -> _ExitState:
     if boot.start_method == "fork":
-        _close_quietly(boot.death_writer_fd)
+        death_pipes.close_inherited()  # ours (boot.death_writer_fd) and other executors'
+
     elif boot.start_method == "forkserver":
         _drop_forkserver_alive_fd()
         _adopt_environ(boot.environ)
@@ -299,8 +300,11 @@ class WorkerProc:
 
     def run(self) -> None:
         try:
-            while True:
+            while not self.state.terminating:
                 self._serve_one()
+            # The handler's SystemExit was swallowed (it fired inside a finalizer, where
+            # exceptions are only printed): leave all the same, as the signal asked.
+            raise SystemExit(128 + self.state.terminating)
         except _Leave:
             pass
         finally:

@@ -12,6 +12,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+import executor.death_pipes
 import executor.worker_proc
 from executor import MultiprocExecutor
 
@@ -104,12 +105,12 @@ class ForgetsDeathPipe(MultiprocExecutor):
     death never reaches them: they are orphaned (fork start method only)."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
-        original = executor.worker_proc._close_quietly
-        executor.worker_proc._close_quietly = lambda fd: None  # inherited by forked workers
+        original = executor.death_pipes.close_inherited
+        executor.death_pipes.close_inherited = lambda: None  # inherited by forked workers
         try:
             super().__init__(*a, **kw)
         finally:
-            executor.worker_proc._close_quietly = original
+            executor.death_pipes.close_inherited = original
 
 
 def leaked_segment_name() -> str:

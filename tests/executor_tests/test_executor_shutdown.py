@@ -110,3 +110,32 @@ def test_shutdown_racing_the_monitors_own_shutdown(executor: MultiprocExecutor) 
         assert time.monotonic() - start < 3
     finally:
         logging.getLogger("executor").removeHandler(handler)
+
+
+def test_a_second_executor_does_not_hold_the_firsts_workers(make_executor) -> None:  # type: ignore[no-untyped-def]
+    first = make_executor(shutdown_grace=10.0)
+    make_executor()  # under fork its workers copy every fd the driver has open
+    start = time.monotonic()
+    first.shutdown()
+    assert time.monotonic() - start < 5  # the death pipe reached EOF: no wait for the grace
+
+
+def _finalizer_that_sleeps(worker: object) -> int:
+    class Slow:
+        def __del__(self) -> None:
+            time.sleep(1.0)  # a SIGTERM now raises SystemExit inside __del__: it is swallowed
+
+    slow = Slow()
+    del slow
+    return 0
+
+
+def test_sigterm_swallowed_by_a_finalizer_still_ends_the_worker(executor: MultiprocExecutor) -> None:
+    failed = threading.Event()
+    executor.register_failure_callback(failed.set)
+    executor.collective_rpc(_finalizer_that_sleeps, non_block=True)
+    time.sleep(0.3)
+    os.kill(executor.worker_pids[0], signal.SIGTERM)
+    assert failed.wait(10), "the worker kept serving after SIGTERM"
+    with pytest.raises(ExecutorFailedError, match="after SIGTERM"):
+        executor.check_health()

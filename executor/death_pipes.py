@@ -1,0 +1,37 @@
+"""The driver's death-pipe write ends, which no forked child may keep.
+
+A worker learns that its driver is gone when its death pipe reaches EOF, which happens only
+once every copy of the write end is closed.  ``fork`` copies all of the driver's fds into
+the child, including the write ends of *other* executors in the same driver; a worker that
+kept one would hold that executor's workers alive after its shutdown (until SIGTERM).  The
+driver registers each write end here while it is open; a forked child closes them all
+first thing (the registry itself is copied into the child by the fork).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_lock = threading.Lock()
+_writers: set[int] = set()
+
+
+def register(fd: int) -> None:
+    with _lock:
+        _writers.add(fd)
+
+
+def unregister(fd: int) -> None:
+    with _lock:
+        _writers.discard(fd)
+
+
+def close_inherited() -> None:
+    """In a forked child: close every write end the driver had open at the fork."""
+    for fd in list(_writers):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _writers.clear()

@@ -8,6 +8,10 @@
             reply id = call id  → this call's outcome
             reply id > call id  → a reply went missing: the queue is out of sync (fatal)
 
+Replies are collected by the caller that asks (``result()``/``exception()``, or a later
+blocking call), not by a background thread: that keeps a blocking call free of thread hops.
+So ``concurrent.futures.wait`` on futures nobody asks about does not make them progress.
+
 Invariants:
 - Only the thread holding ``lock`` reads reply queues or pops ``pending``; replies are
   consumed strictly in order, so each future gets exactly its own call's outcome.

@@ -1,0 +1,157 @@
+"""Every OS resource of one executor, and the one idempotent way to release them.
+
+    MultiprocExecutor ──owns──► ExecutorResources: worker processes, pipes, shm mappings,
+                                the monitor thread, the TCP hub (nnodes > 1), the cancel pipe
+    shutdown(): death pipe closed ─► stop_processes (grace, SIGTERM, SIGKILL) ─► join the
+                monitor ─► unlink names ─► close queues and pipes (under both queue locks)
+
+Invariants:
+- ``shutdown`` runs once (later callers wait for it) and never needs the executor object,
+  so ``weakref.finalize`` can run it at garbage collection and interpreter exit.
+- Memory and fds go only while ``send_lock`` and ``reply_lock`` are held: no thread is then
+  inside a queue wait that could touch them.
+- ``cancel()`` never writes to a closed (and possibly recycled) fd number.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+
+import telemetry
+from executor import death_pipes, shm
+from executor.config import ExecutorConfig
+from executor.launch import Wiring, WorkerHandle
+from executor.monitor import WorkerMonitor
+from executor.shm_queue import ShmRingBuffer
+from executor.stopping import stop_processes
+from executor.tcp_driver import DriverHub
+
+log = logging.getLogger("executor")
+
+
+class ExecutorResources:
+    """Every OS resource of one executor, and the one idempotent way to release them."""
+
+    def __init__(self, cfg: ExecutorConfig) -> None:
+        self.cfg = cfg
+        self.names: list[str] = []
+        self.rings: list[ShmRingBuffer] = []
+        self.handles: list[WorkerHandle] = []
+        self.wiring: Wiring | None = None
+        self.monitor: WorkerMonitor | None = None
+        self.hub: DriverHub | None = None  # nnodes > 1 only
+        self.secret_dir: str | None = None  # a private temp dir holding a generated secret file
+        self.cancel_r, self.cancel_w = os.pipe()
+        self.cancel_closed = False  # guarded by lock: never write to a recycled fd number
+        self.lock = threading.Lock()
+        # Held by whoever writes the rpc queue / reads reply queues.  Releasing memory and
+        # fds takes both, so no thread is inside a queue wait when they go.
+        self.send_lock = threading.Lock()
+        self.reply_lock = threading.Lock()
+        self.done = threading.Event()
+        self.started = False
+        self.rec = telemetry.get_recorder()
+
+    def cancel(self) -> None:
+        """Wake every thread waiting on a queue of this executor; they find it failed."""
+        with self.lock:
+            if not self.cancel_closed:
+                os.write(self.cancel_w, b"\1")  # never drained: every later wait wakes at once
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.started:
+                first = False
+            else:
+                self.started = first = True
+        if not first:
+            monitor = self.monitor
+            if monitor is threading.current_thread():
+                return  # the thread shutting down is joining this one: waiting would deadlock
+            self.done.wait(self.cfg.shutdown_grace + self.cfg.sigterm_grace + 10)
+            if monitor is not None:  # it may have run the shutdown: let it finish its cleanup
+                monitor.join(5.0)
+            return
+        span = self.rec.start_span("executor.shutdown", None, {
+            "faultlab.world_size": len(self.handles)}) if self.rec.enabled else None
+        try:
+            self._stop_workers()
+            self._release()
+        finally:
+            self.done.set()
+            if span is not None:
+                span.end()
+
+    def _stop_workers(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        self.cancel()
+        if self.wiring is not None:
+            death_pipes.unregister(self.wiring.death.fileno())
+            self.wiring.death.close()
+        if self.hub is not None:
+            self.hub.stop()  # BYE to remote workers, in parallel with stopping local ones
+        stop_processes(
+            [(h.rank, h.process) for h in self.handles],
+            self.cfg.shutdown_grace, self.cfg.sigterm_grace, self._record_step,
+        )
+        monitor = self.monitor
+        if monitor is not None and monitor is not threading.current_thread():
+            monitor.join(5.0)
+
+    def _record_step(self, step: str, ranks: list[int]) -> None:
+        log.warning("executor shutdown: %s to worker rank(s) %s", step.upper(), ranks)
+        if self.rec.enabled:
+            self.rec.event(f"executor.shutdown.{step}", {"faultlab.ranks": str(ranks)})
+
+    def _release(self) -> None:
+        for name in self.names:
+            shm.unlink(name)
+        for h in self.handles:
+            _close_process(h)
+        held = [lock for lock in (self.send_lock, self.reply_lock) if lock.acquire(timeout=5.0)]
+        try:
+            if len(held) == 2:  # else a thread is stuck inside a wait: leave the rest to GC
+                self._close_queues()
+        finally:
+            for lock in held:
+                lock.release()
+
+    def _close_queues(self) -> None:
+        for ring in self.rings:
+            try:
+                ring.close()
+            except BufferError:
+                pass  # a view of it is still referenced; the mapping goes with that object
+        conns = [c for h in self.handles for c in (h.rpc_bell, h.reply_bell, h.reply_writer_bell, h.ready)]
+        if self.wiring is not None:
+            conns += [self.wiring.rpc_writer_bell, self.wiring.death]
+        for conn in conns:
+            conn.close()
+        with self.lock:
+            self.cancel_closed = True
+            os.close(self.cancel_r)
+            os.close(self.cancel_w)
+        self._close_hub()
+
+    def _close_hub(self) -> None:
+        hub = self.hub
+        if hub is not None:
+            hub.stop()
+            if hub is not threading.current_thread():
+                hub.join(5.0)
+            hub.close()
+        if self.secret_dir is not None:
+            shutil.rmtree(self.secret_dir, ignore_errors=True)
+
+
+def _close_process(handle: WorkerHandle) -> None:
+    try:
+        handle.process.close()
+    except ValueError:
+        pass  # still running: stop_processes could not reap it
+
+

@@ -5,7 +5,7 @@
       HangWorker, ResumeWorker,     │ records: RecordingExecutor, fault timeline, trace journal
       SlowWorker, RaiseInWorker,    ▼ checks:  chaos.oracles (violations)
       CorruptQueue, KillDriver,   suites: chaos.suites (TOML), CLI: faultlab chaos run / replay
-      StarveCPU, StarveMemory
+      KillNode (nnodes > 1: the node's agents in chaos.nodes), StarveCPU, StarveMemory
 """
 
 from chaos.faults import (
@@ -13,6 +13,7 @@ from chaos.faults import (
     Fault,
     HangWorker,
     KillDriver,
+    KillNode,
     KillWorker,
     PlanError,
     RaiseInWorker,
@@ -35,6 +36,7 @@ __all__ = [
     "FaultPlan",
     "HangWorker",
     "KillDriver",
+    "KillNode",
     "KillWorker",
     "Outcome",
     "PlanError",

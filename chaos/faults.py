@@ -25,6 +25,7 @@ WORKER_PHASES = (
 CORRUPT_MODES = ("flip_payload", "truncate", "clobber_seq", "clobber_flags",
                  "overwrite_unread", "drop")
 QUEUES = ("rpc", "reply")
+NODE_MODES = ("kill", "cut_link")
 
 
 class PlanError(ValueError):
@@ -184,6 +185,28 @@ class KillDriver(Fault):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class KillNode(Fault):
+    """Take remote node ``node`` away at once: its ``faultlab worker`` agent and every worker.
+
+    ``mode="kill"`` SIGKILLs the whole process tree (the TCP connections close);
+    ``mode="cut_link"`` SIGSTOPs it, so the link goes silent with its connections still open
+    (only the heartbeat timeout can tell), and resumes it when the scenario ends.  Needs an
+    executor with ``nnodes > 1``; ``rank`` is unused.
+    """
+
+    kind: ClassVar[str] = "kill_node"
+    node: int = 1
+    mode: str = "kill"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.node, int) or isinstance(self.node, bool) or self.node < 1:
+            raise PlanError(f"{self.kind}: node must be a remote node, 1 or more, got {self.node!r}")
+        if self.mode not in NODE_MODES:
+            raise PlanError(f"{self.kind}: mode must be one of {NODE_MODES}, got {self.mode!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StarveCPU(Fault):
     """Run ``processes`` busy loops for ``duration`` seconds (bounded)."""
 
@@ -203,7 +226,8 @@ class StarveMemory(Fault):
 
 KINDS: dict[str, type[Fault]] = {
     cls.kind: cls for cls in (KillWorker, TermWorker, HangWorker, ResumeWorker, SlowWorker,
-                              RaiseInWorker, CorruptQueue, KillDriver, StarveCPU, StarveMemory)
+                              RaiseInWorker, CorruptQueue, KillDriver, KillNode, StarveCPU,
+                              StarveMemory)
 }
 
 

@@ -3,6 +3,7 @@
     Injector.start() ── timer thread ── at t0 + at_s ──► external fault: signal / helper now
                                                      └─► internal fault: arm-<i>-any (a worker fires it)
     CallCounter (driver failpoint) ── k-th call enqueued ──► Injector.fire(r, info)
+    KillNode ── node_tree(node) (chaos.nodes) ──► SIGKILL / SIGSTOP every pid of the tree at once
 
 Nothing here runs inside a worker: a worker is hit only by ``os.kill``.  Every fault is
 logged (``ControlDir.log_fault``) before it acts.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.control import ControlDir
-from chaos.faults import StarveCPU, StarveMemory
+from chaos.faults import KillNode, StarveCPU, StarveMemory
 from chaos.plan import ResolvedFault
 
 _SIGNALS = {"kill_worker": signal.SIGKILL, "term_worker": signal.SIGTERM,
@@ -35,8 +36,10 @@ _HOG = ("import time\nb = bytearray({n})\nfor i in range(0, len(b), 4096): b[i] 
 
 class Injector:
     def __init__(self, ctl: ControlDir, resolved: list[ResolvedFault],
-                 kill_driver: Callable[[], None] | None = None) -> None:
+                 kill_driver: Callable[[], None] | None = None,
+                 node_tree: Callable[[int], list[int]] = lambda node: []) -> None:
         self.ctl = ctl
+        self.node_tree = node_tree  # node -> its agent's pid, then every pid below it
         self.resolved = resolved
         self.pids: list[int] = []
         self.kill_driver = kill_driver
@@ -91,6 +94,9 @@ class Injector:
     def fire(self, r: ResolvedFault, info: dict[str, Any]) -> None:
         """Run external fault ``r`` now."""
         f = r.fault
+        if isinstance(f, KillNode):
+            self._hit_node(r, f, info)
+            return
         pid = self._target(r)
         self.ctl.log_fault({"index": r.index, "kind": f.kind, "rank": f.rank, "pid": pid,
                             "phase": f.phase, "call": info.get("call"),
@@ -100,6 +106,23 @@ class Injector:
             self._act(r, pid)
         except ProcessLookupError:
             pass  # the target is already gone: the fault lands on nothing
+
+    def _hit_node(self, r: ResolvedFault, f: KillNode, info: dict[str, Any]) -> None:
+        """The whole tree at once: collected first, then signalled without waiting."""
+        pids = self.node_tree(f.node)
+        self.ctl.log_fault({"index": r.index, "kind": f.kind, "rank": -1, "node": f.node,
+                            "mode": f.mode, "pid": pids[0] if pids else None, "pids": pids,
+                            "phase": f.phase, "call": info.get("call"),
+                            "method": info.get("method"), "msg_id": info.get("msg_id"),
+                            "by": "chaos"})
+        sig = signal.SIGKILL if f.mode == "kill" else signal.SIGSTOP
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+            if sig == signal.SIGSTOP:
+                self.stopped.add(pid)  # stop() resumes it: the scenario's cleanup ends it
 
     def _target(self, r: ResolvedFault) -> int | None:
         if r.fault.kind in _SIGNALS:

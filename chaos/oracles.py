@@ -110,7 +110,8 @@ def failure_detected(run: RunRecord) -> list[Violation]:
         return []
     fault_ns = fatal[0]["time_ns"]
     detected = _detection_ns(run, fault_ns)
-    what = f"{fatal[0]['kind']} of rank {fatal[0]['rank']} (pid {fatal[0].get('pid')})"
+    where = f"node {fatal[0]['node']}" if "node" in fatal[0] else f"rank {fatal[0]['rank']}"
+    what = f"{fatal[0]['kind']} of {where} (pid {fatal[0].get('pid')})"
     if detected is None:
         return [Violation("detection", f"{what} was never detected: no failure callback, "
                                        "no ExecutorFailedError, executor not failed")]

@@ -11,6 +11,8 @@ which ``tests/chaos_tests/test_outcome_table.py`` runs on fork, forkserver and s
                    the executor stays up and later calls succeed
     RECOVER        every call succeeds (maybe slower)
     EXIT_CLEAN     the driver died: every worker exits, nothing is left in /dev/shm
+
+A ``KillNode`` row runs with a second node on loopback (``config_for``: ``TWO_NODES``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from chaos.faults import (
     Fault,
     HangWorker,
     KillDriver,
+    KillNode,
     KillWorker,
     RaiseInWorker,
     ResumeWorker,
@@ -49,7 +52,15 @@ _BY_KIND = {
     "hang_worker": Outcome.DEADLINE, "resume_worker": Outcome.RECOVER,
     "slow_worker": Outcome.RECOVER, "kill_driver": Outcome.EXIT_CLEAN,
     "starve_cpu": Outcome.RECOVER, "starve_memory": Outcome.RECOVER,
+    "kill_node": Outcome.FAIL_FAST,
 }
+# A KillNode row needs a second node; liveness fast enough that a cut link is seen in ~1 s.
+TWO_NODES = {"nnodes": 2, "heartbeat_interval": 0.1, "node_timeout": 1.0}
+
+
+def config_for(fault: Fault) -> dict[str, object]:
+    """ExecutorConfig fields a table row needs beyond the defaults."""
+    return dict(TWO_NODES) if isinstance(fault, KillNode) else {}
 
 
 def outcome_for(fault: Fault) -> Outcome:
@@ -102,4 +113,6 @@ TABLE: list[tuple[str, Fault, Outcome]] = [
     ("starve cpu", StarveCPU(at=0.0, duration=0.6, processes=2), Outcome.RECOVER),
     ("starve memory", StarveMemory(at=0.0, duration=0.6, megabytes=128), Outcome.RECOVER),
     ("kill the driver mid-call", KillDriver(on_call=HIT), Outcome.EXIT_CLEAN),
+    ("kill node 1 mid-call", KillNode(node=1, on_call=HIT), Outcome.FAIL_FAST),
+    ("cut node 1's link mid-call", KillNode(node=1, on_call=HIT, mode="cut_link"), Outcome.FAIL_FAST),
 ]

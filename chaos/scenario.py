@@ -6,6 +6,8 @@
     shutdown ─► leak snapshot ─► fault timeline ─► oracles ─► ScenarioResult (+ result.json)
 
 A plan with ``KillDriver`` runs the driver in a subprocess instead (``chaos.driver_run``).
+With ``cfg.nnodes > 1`` the agents of nodes 1.. start just before the executor (``chaos.nodes``,
+loopback, a fresh secret in out/nodes/); they must be gone after shutdown, else a leak.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import telemetry
 from chaos import points, resources
 from chaos.control import ENV_VAR, ControlDir
 from chaos.injector import Injector
+from chaos.nodes import RemoteNodes
 from chaos.oracles import Bounds, RunRecord, Violation, check, detection_latency_s, observed_outcome
 from chaos.outcomes import Outcome, combined_outcome, outcome_for
 from chaos.plan import FaultPlan, ResolvedFault
@@ -173,20 +176,22 @@ class _InProcessRun:
         t0 = time.monotonic()
         self.ctl.write_plan(self.resolved, self.plan.seed)
         prepare_forkserver(self.cfg)
-        with scenario_environment(self.trace_dir, self.ctl.path):
+        with scenario_environment(self.trace_dir, self.ctl.path), \
+                RemoteNodes(self.cfg, self.out / "nodes") as nodes:
             before = resources.snapshot()
+            nodes.start()
             try:
-                ex = self.executor_class(self.cfg)
+                ex = self.executor_class(nodes.config)
             except Exception as exc:  # noqa: BLE001 - reported as the scenario's failure
                 return self._not_started(exc, t0)
-            record = self._drive(ex, before)
+            record = self._drive(ex, before, nodes)
         return self._result(record, expected, time.monotonic() - t0)
 
-    def _drive(self, ex: Any, before: resources.Snapshot) -> RunRecord:
+    def _drive(self, ex: Any, before: resources.Snapshot, nodes: RemoteNodes) -> RunRecord:
         pids = list(ex.worker_pids)
         install_in_workers(ex, self.cfg, self.ctl)
         proxy = RecordingExecutor(ex)
-        injector = Injector(self.ctl, self.resolved)
+        injector = Injector(self.ctl, self.resolved, node_tree=nodes.tree_pids)
         points.install("driver", None, str(self.ctl.path))
         points.CallCounter(self.ctl, self.resolved, injector.fire).enable()
         injector.start(pids)
@@ -200,6 +205,7 @@ class _InProcessRun:
         started = time.monotonic()
         ex.shutdown()
         shutdown_s = time.monotonic() - started
+        nodes.wait_exit(self.bounds.exit_s)
         leaks = resources.leaks(before, pids, os.getpid(), (str(self.out),))
         return RunRecord(
             calls=proxy.calls, faults=annotate(self.ctl.timeline(), self.resolved),

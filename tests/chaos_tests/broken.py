@@ -31,6 +31,13 @@ class SwallowsDeath(MultiprocExecutor):
         pass
 
 
+class IgnoresLostNodes(MultiprocExecutor):
+    """The hub reports a lost node and the executor shrugs: calls to it just time out."""
+
+    def _on_node_lost(self, node: int, ranks: list[int], why: str) -> None:
+        pass
+
+
 class CallbackTwice(MultiprocExecutor):
     """Runs the failure callbacks twice."""
 

@@ -11,6 +11,7 @@ import pytest
 from helpers import real_violations
 
 from chaos import TABLE, FaultPlan, Outcome, run_scenario
+from chaos.outcomes import config_for
 from chaos.workloads import standard
 from executor import ExecutorConfig
 
@@ -26,7 +27,7 @@ CASES = [pytest.param(sm, fault, outcome, id=f"{sm}-{name}")
 
 @pytest.mark.parametrize(("start_method", "fault", "expected"), CASES)
 def test_outcome_table(start_method, fault, expected, tmp_path):
-    cfg = ExecutorConfig(tensor_parallel_size=2, start_method=start_method)
+    cfg = ExecutorConfig(tensor_parallel_size=2, start_method=start_method, **config_for(fault))
     result = run_scenario(cfg, standard, FaultPlan([fault], seed=5), tmp_path, expected=expected)
     assert result.faults, f"{fault} never fired"
     assert result.faults[0]["kind"] == fault.kind

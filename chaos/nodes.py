@@ -1,0 +1,105 @@
+"""The remote nodes of a scenario (``nnodes > 1``): ``faultlab worker`` agents on loopback.
+
+    RemoteNodes(cfg, dir).start() ─► DIR/secret (0600, fresh) + a free loopback port
+        └─► node k = 1 .. nnodes-1: python -m faultlab.cli worker --driver 127.0.0.1:PORT
+                                     --node-rank k --secret-file DIR/secret  (log: DIR/node-k.log)
+    executor_class(nodes.config) ─► each agent fetches the config, forks its node's workers
+    tree_pids(k)                 ─► the agent and all its descendants (what KillNode hits)
+    wait_exit(s) after shutdown  ─► a healthy node leaves by itself once the driver is gone
+    close()                      ─► SIGKILL whatever is left, reap the agents: never an orphan
+
+With ``nnodes == 1`` every step does nothing and ``config`` is the scenario's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from executor import ExecutorConfig
+from executor.launch import free_loopback_port
+from executor.tcp_wire import write_secret_file
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class RemoteNodes:
+    """Starts, finds and ends the agents of nodes 1 .. nnodes-1."""
+
+    def __init__(self, cfg: ExecutorConfig, directory: Path) -> None:
+        self.config = cfg
+        self.directory = directory
+        self.agents: dict[int, subprocess.Popen[bytes]] = {}  # node -> agent
+
+    def start(self) -> None:
+        if self.config.nnodes == 1:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        secret_file = self.directory / "secret"
+        secret_file.unlink(missing_ok=True)
+        write_secret_file(str(secret_file), secrets.token_bytes(32))
+        self.config = dataclasses.replace(self.config, driver_host="127.0.0.1",
+                                          driver_port=free_loopback_port(),
+                                          secret_file=str(secret_file))
+        for node in range(1, self.config.nnodes):
+            self.agents[node] = self._start_agent(node)
+
+    def _start_agent(self, node: int) -> subprocess.Popen[bytes]:
+        cfg = self.config
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        with open(self.directory / f"node-{node}.log", "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "faultlab.cli", "worker", "--driver",
+                 f"127.0.0.1:{cfg.driver_port}", "--node-rank", str(node),
+                 "--secret-file", str(cfg.secret_file),
+                 "--connect-timeout", str(cfg.startup_timeout)],
+                cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def tree_pids(self, node: int) -> list[int]:
+        """The agent of ``node`` first, then every process below it (empty if none)."""
+        agent = self.agents.get(node)
+        if agent is None or agent.poll() is not None:
+            return []
+        try:
+            root = psutil.Process(agent.pid)
+            return [root.pid, *(p.pid for p in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def wait_exit(self, within_s: float) -> None:
+        """Give every agent ``within_s`` to leave on its own (and reap it)."""
+        deadline = time.monotonic() + within_s
+        for agent in self.agents.values():
+            try:
+                agent.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                continue
+
+    def close(self) -> None:
+        """SIGKILL every process still in a node's tree; reap the agents."""
+        for node, agent in self.agents.items():
+            for pid in self.tree_pids(node):
+                _kill(pid)
+            agent.wait()
+
+    def __enter__(self) -> RemoteNodes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass

@@ -19,7 +19,7 @@ Points (the phase of the protocol each one sits in):
                           and meta are written and checksummed but not yet visible)
     worker.after_dequeue       worker.before_unpickle       worker.before_execute
     worker.after_execute       worker.before_pickle_reply   worker.before_reply
-    worker.after_reply         worker.death_pipe            worker.loop_idle
+    worker.after_reply         worker.death_pipe
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ POINTS = frozenset(
         "queue.before_publish",
         "worker.after_dequeue", "worker.before_unpickle", "worker.before_execute",
         "worker.after_execute", "worker.before_pickle_reply", "worker.before_reply",
-        "worker.after_reply", "worker.death_pipe", "worker.loop_idle",
+        "worker.after_reply", "worker.death_pipe",
     }
 )
 

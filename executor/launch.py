@@ -63,10 +63,15 @@ class Wiring:
     child_ends: list[Connection]  # closed by the driver once every worker has started
 
 
-def free_loopback_port() -> int:
+def free_port(host: str) -> int:
+    """A TCP port free on ``host`` right now (bound, read, released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def free_loopback_port() -> int:
+    return free_port("127.0.0.1")
 
 
 def make_context(start_method: str) -> multiprocessing.context.BaseContext:
@@ -76,17 +81,10 @@ def make_context(start_method: str) -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def distributed_init_method(cfg: ExecutorConfig) -> str:
-    """torch.distributed's rendezvous: on loopback, or on the driver's address for remote nodes."""
-    if cfg.nnodes == 1:
-        return f"tcp://127.0.0.1:{free_loopback_port()}"
-    return f"tcp://{cfg.driver_host}:{free_port(cfg.driver_host)}"
+    """torch.distributed's rendezvous, on the driver's address (loopback unless told otherwise)."""
+    host = "127.0.0.1" if cfg.nnodes == 1 else cfg.driver_host
+    return f"tcp://{host}:{free_port(host)}"
 
 
 def start_workers(

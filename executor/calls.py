@@ -12,9 +12,17 @@ Replies are collected by the caller that asks (``result()``/``exception()``, or 
 blocking call), not by a background thread: that keeps a blocking call free of thread hops.
 So ``concurrent.futures.wait`` on futures nobody asks about does not make them progress.
 
+Futures are settled (and their done-callbacks run) only by a thread that holds none of the
+executor's locks: ``resolve`` marks a call done and queues it; ``settle_resolved`` settles
+queued calls in order once the lock is released.  So a done-callback may call the executor.
+
 Invariants:
 - Only the thread holding ``lock`` reads reply queues or pops ``pending``; replies are
   consumed strictly in order, so each future gets exactly its own call's outcome.
+- A reply is recorded (``call.outcomes``) before its reader is ``ack()``ed, and a call is
+  marked done before anything else happens to it: a KeyboardInterrupt at any instant
+  leaves the collector where the next drain resumes (an interrupted call stays pending and
+  is collected, and its replies dropped, by whoever drains next).
 - A call's deadline bounds every wait made for it; a waiter's own limit (a blocking call's
   deadline, ``result(timeout)``) bounds waits made for earlier calls too.
 - A call resolved early (timed out, or failed by the executor) still has its replies read
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,12 +41,14 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from executor import failpoints
+from executor.config import MAX_TIMEOUT_S
 from executor.errors import (
     CorruptMessageError,
     ExecutorFailedError,
     QueueCorruptedError,
     ReplyUnpicklingError,
     WorkerError,
+    describe,
 )
 from executor.protocol import FATAL, REPLY_OK, RemoteError
 from executor.serialization import decode, peek
@@ -69,10 +80,14 @@ class PendingCall:
 
 
 class RpcFuture(Future):
-    """A concurrent Future whose ``result``/``exception`` collect replies in order."""
+    """A concurrent Future whose ``result``/``exception`` collect replies in order.
+
+    It is RUNNING from the start (the request is already with the workers), so ``cancel()``
+    returns False, as for any call that is under way."""
 
     def __init__(self, collector: ReplyCollector) -> None:
         super().__init__()
+        self.set_running_or_notify_cancel()
         self._collector = collector
         self.call: PendingCall | None = None
 
@@ -85,9 +100,21 @@ class RpcFuture(Future):
         return super().exception(timeout=0)
 
     def _wait(self, timeout: float | None) -> None:
-        if self.call is not None and not self.call.done:
-            limit = _NO_LIMIT if timeout is None else time.monotonic() + timeout
-            self._collector.drain_until(self.call, limit)
+        limit = _limit(timeout)
+        call = self.call
+        if call is not None and not call.done:
+            self._collector.drain_until(call, limit)
+        if call is not None and call.done and not self.done():
+            settle(self, result=call.value, error=call.error)  # resolved, not yet settled
+
+
+def _limit(timeout: float | None) -> float:
+    """``result(timeout)``'s monotonic limit; a bad timeout is the caller's error, at once."""
+    if timeout is None:
+        return _NO_LIMIT
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or math.isnan(timeout):
+        raise ValueError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    return time.monotonic() + min(max(timeout, 0.0), MAX_TIMEOUT_S)
 
 
 def settle(future: Future, *, result: Any = None, error: BaseException | None = None) -> None:
@@ -118,17 +145,41 @@ class ReplyCollector:
         self._failure = failure
         self._fail = fail
         self._on_resolved = on_resolved
+        self._resolved: collections.deque[PendingCall] = collections.deque()  # to settle, in order
 
     def drain_until(self, call: PendingCall, limit: float) -> None:
         """Collect replies, oldest call first, until ``call`` resolves or ``limit`` passes."""
         if not self._acquire(limit):
             return
         try:
+            self._drain(lambda: not call.done, limit)
+        finally:
+            self.lock.release()
+        self.settle_resolved()
+
+    def collect_available(self) -> bool:
+        """Collect the replies already there, without waiting; False if none (or busy).
+
+        The rpc queue's writer calls this while it waits for a free chunk: a worker blocked
+        on its full reply queue stops reading requests, so replies must be drained then."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            before = len(self.pending), len(self.pending[0].outcomes) if self.pending else 0
+            self._drain(lambda: True, time.monotonic())
+            after = len(self.pending), len(self.pending[0].outcomes) if self.pending else 0
+        finally:
+            self.lock.release()
+        return before != after
+
+    def _drain(self, wanted: Callable[[], bool], limit: float) -> None:
+        """Collect pending calls in order while ``wanted()``; the caller holds ``lock``."""
+        try:
             failure = self._failure()
             if failure is not None:  # the queues may already be closed: never touch them
                 self.fail_all(ExecutorFailedError(str(failure)))
                 return
-            while not call.done and self.pending:
+            while wanted() and self.pending:
                 if not self._collect(self.pending[0], limit):
                     return
                 self.pending.popleft()
@@ -138,8 +189,6 @@ class ReplyCollector:
             failure = ExecutorFailedError(f"reply queue damaged: {exc}")
             self._fail(failure)
             self.fail_all(failure)
-        finally:
-            self.lock.release()
 
     def _acquire(self, limit: float) -> bool:
         if limit == _NO_LIMIT:
@@ -149,9 +198,10 @@ class ReplyCollector:
     def fail_all(self, error: ExecutorFailedError) -> None:
         """Fail every pending call (they are dropped: the executor is dead)."""
         while self.pending:
-            call = self.pending.popleft()
+            call = self.pending[0]
             if not call.done:
                 self.resolve(call, error)
+            self.pending.popleft()
 
     def _collect(self, call: PendingCall, limit: float) -> bool:
         """Read the call's remaining replies; False if ``limit`` passed before its deadline."""
@@ -168,6 +218,7 @@ class ReplyCollector:
                 self.resolve(call, self.timeout_error(call, rank))
                 return True
             call.outcomes.append(outcome)
+            self.readers[rank].ack()  # after the append: an interrupt in between loses nothing
         if not call.done:
             self._resolve_outcomes(call)
         return True
@@ -190,9 +241,10 @@ class ReplyCollector:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.before_dequeue", rank=rank, msg_id=call.rpc_id)
             try:
-                got = reader.read(None if deadline == _NO_LIMIT else deadline)
+                got = reader.read(None if deadline == _NO_LIMIT else deadline, hold=True)
             except CorruptMessageError as exc:
                 if exc.msg_id < call.rpc_id:
+                    reader.ack()
                     continue
                 exc.rank = rank
                 return False, exc
@@ -205,7 +257,8 @@ class ReplyCollector:
             if kind == FATAL:
                 raise self._fatal(rank, frame)
             if msg_id < call.rpc_id:
-                continue  # the reply of a call that already timed out
+                reader.ack()
+                continue  # the reply of a call that already timed out (or was interrupted)
             if msg_id > call.rpc_id:
                 raise QueueCorruptedError(
                     f"rank {rank} replied to call {msg_id} while call {call.rpc_id} was due: "
@@ -217,10 +270,12 @@ class ReplyCollector:
     def _decode(rank: int, call: PendingCall, kind: int, frame: bytes | bytearray) -> tuple[bool, Any]:
         try:
             value = decode(frame)
+        except KeyboardInterrupt:
+            raise  # Ctrl-C while unpickling: the reply stays held and is decoded again later
         except BaseException as exc:  # noqa: BLE001 - e.g. sys.exit in a __reduce__: never escapes
             error = ReplyUnpicklingError(
                 f"the reply of rank {rank} to {call.method!r} (rpc {call.rpc_id}) arrived "
-                f"but could not be unpickled in the driver: {type(exc).__name__}: {exc}"
+                f"but could not be unpickled in the driver: {describe(exc)}"
             )
             error.__cause__ = exc
             return False, error
@@ -253,17 +308,35 @@ class ReplyCollector:
         values = [value for _, value in call.outcomes]
         if call.unique:
             result = values[0]
+        elif call.aggregator is None:
+            result = values
         else:
-            result = call.aggregator(values) if call.aggregator is not None else values
+            try:
+                result = call.aggregator(values)
+            except Exception as exc:  # noqa: BLE001 - the aggregator's error is this call's only
+                self.resolve(call, exc)
+                return
         self.resolve(call, None, result)
 
     def resolve(self, call: PendingCall, error: BaseException | None, result: Any = None) -> None:
+        """Mark ``call`` done (once); its future is settled later, outside every lock."""
         if call.done:
             return
-        call.value, call.error, call.done = result, error, True
-        self._on_resolved(call, error)
+        call.value, call.error, call.done = result, error, True  # one statement: first, always
         if call.future is not None:
-            settle(call.future, result=result, error=error)
+            self._resolved.append(call)
+        self._on_resolved(call, error)
+
+    def settle_resolved(self) -> None:
+        """Settle resolved futures in order; the caller holds no executor lock, since their
+        done-callbacks may call the executor."""
+        while True:
+            try:
+                call = self._resolved.popleft()
+            except IndexError:
+                return
+            assert call.future is not None
+            settle(call.future, result=call.value, error=call.error)
 
 
 def _worker_error(rank: int, method: str, remote: RemoteError) -> WorkerError:

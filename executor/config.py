@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import threading
 from typing import Any
 
 START_METHODS = ("fork", "spawn", "forkserver")
+DEFAULT_START_METHOD = "fork"  # the same whatever else the program runs (threads, telemetry)
+# The longest duration accepted anywhere (about 116 days): longer ones overflow the waits
+# the executor makes (select, thread joins); None means "no timeout" where that is allowed.
+MAX_TIMEOUT_S = 1e7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +21,8 @@ class ExecutorConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     worker_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # None picks the fastest safe one: fork when the driver has no other thread, else forkserver.
+    # None picks DEFAULT_START_METHOD (fork: fastest, no re-import of the caller's script,
+    # unpicklable worker_kwargs work); it never depends on what else the program runs.
     start_method: str | None = None
     async_scheduling: bool = False
     # Shared-memory ring of each queue: n_chunks chunks of chunk_bytes; bigger messages stream.
@@ -104,10 +108,10 @@ class ExecutorConfig:
         return 2 if self.async_scheduling else 1
 
     def resolved_start_method(self) -> str:
-        if self.start_method is not None:
-            return self.start_method
-        # fork copies only the calling thread: a lock another thread holds stays held forever.
-        return "fork" if threading.active_count() == 1 else "forkserver"
+        # Deliberately not "fork unless threads": a default that changed with an unrelated
+        # thread (a tracing exporter, a test timer) made worker_kwargs pickling, the caller's
+        # script being re-imported and start-up time depend on it.
+        return self.start_method if self.start_method is not None else DEFAULT_START_METHOD
 
     def thread_cap(self) -> int:
         if self.worker_threads is not None:
@@ -121,8 +125,10 @@ def _check_int(name: str, value: Any, *, minimum: int) -> None:
 
 
 def _check_positive(name: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= MAX_TIMEOUT_S:
+        raise ValueError(
+            f"{name} must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {value!r}"
+        )
 
 
 def _check_worker_spec(spec: Any) -> None:

@@ -6,6 +6,11 @@ the child, including the write ends of *other* executors in the same driver; a w
 kept one would hold that executor's workers alive after its shutdown (until SIGTERM).  The
 driver registers each write end here while it is open; a forked child closes them all
 first thing (the registry itself is copied into the child by the fork).
+
+Any ``os.fork()`` child closes them too (``os.register_at_fork``), not only our workers: a
+helper the user's program forks would otherwise keep every worker alive after the driver
+died, and make ``shutdown()`` wait out its grace.  Exec'd children never get them (pipes
+are not inheritable).
 """
 
 from __future__ import annotations
@@ -35,3 +40,6 @@ def close_inherited() -> None:
         except OSError:
             pass
     _writers.clear()
+
+
+os.register_at_fork(after_in_child=close_inherited)

@@ -2,6 +2,7 @@
 
     ExecutorError (RuntimeError)
     ├── ExecutorFailedError      the executor is dead: a worker exited, the queue lost sync, or it shut down
+    │   └── ForeignProcessError  used from a forked child of the process that created it
     ├── WorkerError              a worker method raised; the worker keeps serving
     │   └── CorruptMessageError  a message failed its checksum; it was skipped, the queue is still in sync
     ├── WorkerStartupError       a worker failed before READY; carries the worker's own traceback
@@ -17,12 +18,29 @@ from __future__ import annotations
 import pickle
 
 
+def safe_str(obj: object, what: str = "str") -> str:
+    """``str(obj)``, or a note saying it failed: hostile objects must not end a process."""
+    try:
+        return str(obj)
+    except BaseException as exc:  # noqa: BLE001 - even SystemExit from a __str__
+        return f"<{what}() of {type(obj).__qualname__} raised {type(exc).__qualname__}>"
+
+
+def describe(exc: BaseException) -> str:
+    """``"TypeName: message"`` for any exception, whatever its ``__str__`` does."""
+    return f"{type(exc).__name__}: {safe_str(exc)}"
+
+
 class ExecutorError(RuntimeError):
     """Base of every error the executor raises on purpose."""
 
 
 class ExecutorFailedError(ExecutorError):
     """The executor can no longer serve calls; the message says which rank, pid and why."""
+
+
+class ForeignProcessError(ExecutorFailedError):
+    """The executor was used from a process other than the one that created it (a fork)."""
 
 
 class WorkerError(ExecutorError):

@@ -17,6 +17,7 @@ Points (the phase of the protocol each one sits in):
     driver.before_dequeue      driver.after_dequeue         queue.mid_chunk_write
     queue.before_publish (context: queue, ring, index, msg_id, seq, flags; the chunk's data
                           and meta are written and checksummed but not yet visible)
+    queue.after_publish (context: queue, ring, index, seq; the chunk is visible)
     worker.after_dequeue       worker.before_unpickle       worker.before_execute
     worker.after_execute       worker.before_pickle_reply   worker.before_reply
     worker.after_reply         worker.death_pipe
@@ -34,7 +35,7 @@ POINTS = frozenset(
     {
         "driver.before_pickle", "driver.before_enqueue", "driver.after_enqueue",
         "driver.before_dequeue", "driver.after_dequeue", "queue.mid_chunk_write",
-        "queue.before_publish",
+        "queue.before_publish", "queue.after_publish",
         "worker.after_dequeue", "worker.before_unpickle", "worker.before_execute",
         "worker.after_execute", "worker.before_pickle_reply", "worker.before_reply",
         "worker.after_reply", "worker.death_pipe",

@@ -48,10 +48,29 @@ class WorkerHandle:
     reply_writer_bell: Connection  # write end: wake this worker when we free a reply chunk
     ready: Connection  # read end of its READY pipe
     pid: int = 0
+    # Readable once the process has exited: a pidfd where the kernel has them.  Not the
+    # multiprocessing sentinel, a pipe that a worker's own children inherit and so keep
+    # "alive" after the worker died.  Closed by ExecutorResources once the process is reaped.
+    exit_fd: int = -1
 
     @property
     def sentinel(self) -> int:
-        return self.process.sentinel
+        return self.exit_fd if self.exit_fd >= 0 else self.process.sentinel
+
+    def close_exit_fd(self) -> None:
+        fd, self.exit_fd = self.exit_fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def open_exit_fd(pid: int | None) -> int:
+    """A pidfd for ``pid`` (Linux 5.3+), or -1 where there is none: fall back to the sentinel."""
+    if pid is None or not hasattr(os, "pidfd_open"):
+        return -1
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return -1
 
 
 @dataclasses.dataclass
@@ -140,7 +159,7 @@ def _start_one(
         os.set_blocking(conn.fileno(), False)
     return WorkerHandle(
         wctx.rank, process, reply_spec, rpc_bell_w, reply_bell_r, reply_writer_w, ready_r,
-        process.pid or 0,
+        process.pid or 0, open_exit_fd(process.pid),
     )
 
 

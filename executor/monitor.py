@@ -1,6 +1,9 @@
 """The worker monitor: one thread that turns an unexpected worker exit into a failure.
 
-    wait(sentinel 0 … sentinel N-1, stop pipe) ──► a sentinel fired ──► on_death(rank, pid, exitcode, t)
+    wait(exit fd 0 … exit fd N-1, stop pipe) ──► one fired ──► on_death(rank, pid, exitcode, t)
+
+An exit fd is a pidfd (readable when the process exits, whatever its children inherited),
+or the multiprocessing sentinel where pidfds are missing.
                                                 └─► stop pipe readable ──► return (shutdown)
 
 The monitor holds no reference to the executor, only the callback, so an executor that is
@@ -21,7 +24,9 @@ DeathCallback = Callable[[int, int, int | None, int], None]
 
 
 class WorkerMonitor(threading.Thread):
-    def __init__(self, processes: Sequence[tuple[int, BaseProcess]], on_death: DeathCallback) -> None:
+    def __init__(
+        self, processes: Sequence[tuple[int, BaseProcess, int]], on_death: DeathCallback
+    ) -> None:
         super().__init__(name="faultlab-monitor", daemon=True)
         self._processes = list(processes)
         self._on_death = on_death
@@ -37,7 +42,7 @@ class WorkerMonitor(threading.Thread):
 
     def run(self) -> None:
         try:
-            by_sentinel = {p.sentinel: (rank, p) for rank, p in self._processes}
+            by_sentinel = {fd: (rank, p) for rank, p, fd in self._processes}
             ready = wait([*by_sentinel, self._stop_r])
             detected_ns = time.time_ns()
             if self._stop_r in ready:

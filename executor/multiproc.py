@@ -12,7 +12,14 @@ Invariants:
 - ``_send_lock`` orders request ids, the rpc queue and the pending deque identically; a call
   enters ``pending`` only once its request is fully in the queue.
 - After ``_fail`` the executor never serves again: the cancel pipe stays readable, every
-  wait on a queue raises ``ExecutorFailedError`` at once, and the failure callbacks run once.
+  wait on a queue raises ``ExecutorFailedError`` at once, the workers are stopped, and the
+  failure callbacks run once — whatever failed it (worker death, node loss, queue damage,
+  a protocol error).  They run on a thread that holds none of our locks.
+- The executor belongs to the process that created it: in a forked child every method
+  raises ``ForeignProcessError`` and ``shutdown``/the finalizer do nothing, so nothing a
+  child does reaches the parent's workers or queues.
+- Futures are settled only after the thread releases ``_send_lock`` and the collector's
+  lock (``ReplyCollector.settle_resolved``): their done-callbacks may call the executor.
 - ``ExecutorResources.shutdown`` (executor/resources.py) is idempotent and owns every OS
   resource (processes, pipes, mappings); it runs from ``shutdown()``, from the failure path,
   at garbage collection and at interpreter exit (``weakref.finalize``).  It never needs the
@@ -35,8 +42,14 @@ from typing import Any
 import telemetry
 from executor import failpoints, shm
 from executor.calls import PendingCall, ReplyCollector, RpcFuture
-from executor.config import ExecutorConfig
-from executor.errors import ExecutorFailedError, RequestPicklingError
+from executor.config import MAX_TIMEOUT_S, ExecutorConfig
+from executor.errors import (
+    ExecutorFailedError,
+    ForeignProcessError,
+    QueueCorruptedError,
+    RequestPicklingError,
+    describe,
+)
 from executor.launch import distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
 from executor.protocol import ALL_RANKS, REQUEST, describe_exit
@@ -62,9 +75,10 @@ class MultiprocExecutor:
         self.config = cfg
         self._res = ExecutorResources(cfg)
         self._finalizer = weakref.finalize(self, self._res.shutdown)
-        self._failure: ExecutorFailedError | None = None
+        self._failure: ExecutorFailedError | None = None  # set once: failed, or shut down
+        self._failed = False  # the executor failed (not merely shut down): callbacks are due
         self._callbacks: list[FailureCallback] = []
-        self._callbacks_ran = False
+        self._callbacks_ran = False  # set once, under _state_lock, by whoever runs them
         self._state_lock = threading.Lock()
         self._send_lock = self._res.send_lock
         self._ids = itertools.count(1)
@@ -101,13 +115,14 @@ class MultiprocExecutor:
                        span.context if span is not None else None)
             if res.hub is not None:
                 res.hub.wait_ready(deadline, cfg.startup_timeout)
-        except BaseException as exc:
+        except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             if span is not None:
                 span.end(exc)
             raise
         shm_writer = QueueWriter(
             rpc_ring, [h.rpc_bell.fileno() for h in res.handles],
             Doorbell(res.wiring.rpc_writer_bell.fileno()), [res.cancel_r], self._raise_failure, policy,
+            relieve=self._relieve,
         )
         self._writer: MessageWriter = shm_writer
         readers: list[MessageReader] = list(self._attach_replies(policy))
@@ -120,7 +135,9 @@ class MultiprocExecutor:
         )
         for name in res.names:
             shm.unlink(name)  # everyone has mapped everything: nothing to leak from here on
-        res.monitor = WorkerMonitor([(h.rank, h.process) for h in res.handles], self._death_callback())
+        res.monitor = WorkerMonitor(
+            [(h.rank, h.process, h.sentinel) for h in res.handles], self._death_callback()
+        )
         res.monitor.start()
         if res.hub is not None:
             self._serve_remote(res.hub)
@@ -219,15 +236,22 @@ class MultiprocExecutor:
         return self.config.world_size
 
     def register_failure_callback(self, callback: FailureCallback) -> None:
-        """Call ``callback()`` once when the executor fails (at once if it already has)."""
+        """Call ``callback()`` once when the executor fails; at once if it already has.
+
+        Every way of failing counts (worker death, node loss, queue damage, a protocol
+        error); a plain ``shutdown()`` is not a failure.  A callback that raises is logged."""
+        self._check_owner()
         with self._state_lock:
             if not self._callbacks_ran:
                 self._callbacks.append(callback)
                 return
-        callback()
+            failed = self._failed
+        if failed:
+            _run_callback(callback)
 
     def check_health(self) -> None:
         """Raise ExecutorFailedError if the executor failed or any worker is gone."""
+        self._check_owner()
         self._raise_failure()
         hub = self._res.hub
         if hub is not None and hub.lost is not None:
@@ -249,9 +273,13 @@ class MultiprocExecutor:
         aggregator: Callable[[list[Any]], Any] | None = None,
     ) -> Any:
         """Run ``method`` on every worker; see DESIGN.md section 1 for the whole contract."""
-        self._check_call(method, timeout, args, kwargs, unique_reply_rank)
-        call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
-                            aggregator, non_block)
+        self._check_owner()
+        self._check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator)
+        try:
+            call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
+                                aggregator, non_block)
+        finally:
+            self._collector.settle_resolved()  # what relieving the queue resolved, lock-free
         if non_block:
             return call.future
         self._collector.drain_until(call, call.deadline)
@@ -260,13 +288,22 @@ class MultiprocExecutor:
         return call.outcome()
 
     def shutdown(self) -> None:
-        """Stop every worker (grace, SIGTERM, SIGKILL) and release everything; idempotent."""
+        """Stop every worker (grace, SIGTERM, SIGKILL) and release everything; idempotent.
+
+        In a forked child it does nothing: the workers belong to the parent."""
+        if not self._res.owned():
+            return
         with self._state_lock:
             if self._failure is None:
                 self._failure = ExecutorFailedError("the executor was shut down")
+            if not self._failed:
+                self._callbacks_ran, self._callbacks = True, []  # no failure to report, ever
         self._res.cancel()
         self._finalizer()
         self._collector_fail_all()
+        thread = self._res.failure_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.config.shutdown_grace + self.config.sigterm_grace + 10)
 
     def __enter__(self) -> MultiprocExecutor:
         return self
@@ -276,13 +313,29 @@ class MultiprocExecutor:
 
     # ------------------------------------------------------------------ calls
 
+    def _check_owner(self) -> None:
+        if not self._res.owned():
+            raise ForeignProcessError(
+                f"this executor belongs to process {self._res.owner_pid}; process {os.getpid()} "
+                "(a fork of it) cannot use it: create an executor in the child instead"
+            )
+
     def _check_call(
-        self, method: Any, timeout: float | None, args: Any, kwargs: Any, reply_rank: int | None
+        self, method: Any, timeout: float | None, args: Any, kwargs: Any, reply_rank: int | None,
+        aggregator: Any,
     ) -> None:
         if not (isinstance(method, str) or callable(method)):
             raise TypeError(f"method must be a method name or a callable, got {type(method).__name__}")
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        if timeout is not None and not (
+            isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+            and 0 < timeout <= MAX_TIMEOUT_S
+        ):
+            raise ValueError(
+                f"timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:g} or None, "
+                f"got {timeout!r}"
+            )
+        if aggregator is not None and not callable(aggregator):
+            raise TypeError(f"aggregator must be callable or None, got {type(aggregator).__name__}")
         if isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a tuple or list, got {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, dict):
@@ -328,10 +381,14 @@ class MultiprocExecutor:
                 failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
             return encode(REQUEST, ALL_RANKS if reply_rank is None else reply_rank,
                           (method, args, kwargs, trace))
-        except Exception as exc:
+        except KeyboardInterrupt:
+            if span is not None:
+                span.end(None)
+            raise
+        except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             error = RequestPicklingError(
                 f"collective_rpc({call.method!r}): the method or its arguments cannot be "
-                f"pickled ({type(exc).__name__}: {exc}); nothing was sent"
+                f"pickled ({describe(exc)}); nothing was sent"
             )
             if span is not None:
                 span.end(error)
@@ -346,7 +403,13 @@ class MultiprocExecutor:
             self._writer.write(call.rpc_id, parts, deadline)
             if failpoints.ACTIVE:
                 failpoints.fire("driver.after_enqueue", msg_id=call.rpc_id, method=call.method)
-        except BaseException as exc:
+        except QueueCorruptedError as exc:
+            failure = ExecutorFailedError(f"request queue damaged: {exc}")
+            self._fail(failure)
+            if span is not None:
+                span.end(failure)
+            raise failure from exc
+        except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             if span is not None:
                 self._rec.start_span("executor.enqueue", span.context, None, start_ns).end(exc)
                 span.end(exc)
@@ -373,6 +436,10 @@ class MultiprocExecutor:
         if len(call.ranks) == 1:
             attributes["faultlab.reply_rank"] = call.ranks[0]
         span.set_attributes(attributes)
+
+    def _relieve(self) -> bool:
+        """The rpc queue is full: collect the replies that are there (see shm_queue)."""
+        return self._collector.collect_available()
 
     def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
         if call.span is not None:
@@ -410,9 +477,7 @@ class MultiprocExecutor:
                 "process.exit.code": -1 if exitcode is None else exitcode,
                 "faultlab.detected_ns": detected_ns,
             })
-        self._fail(error)
-        self._res.shutdown()
-        self._run_callbacks()
+        self._fail(error, inline=True)  # the monitor thread holds no lock: clean up right here
 
     def _on_node_lost(self, node: int, ranks: list[int], why: str) -> None:
         error = ExecutorFailedError(f"{why}; the executor has shut down and every pending call failed")
@@ -420,18 +485,32 @@ class MultiprocExecutor:
         if self._rec.enabled:
             self._rec.event("executor.node_lost", {"faultlab.node": node, "faultlab.ranks": str(ranks),
                                                    "faultlab.detected_ns": time.time_ns()})
-        self._fail(error)
-        self._res.shutdown()
-        self._run_callbacks()
+        self._fail(error, inline=True)
 
-    def _fail(self, error: ExecutorFailedError) -> None:
+    def _fail(self, error: ExecutorFailedError, *, inline: bool = False) -> None:
+        """Mark the executor failed (once), wake every waiter, fail every pending call, then
+        stop the workers and run the failure callbacks: here when the calling thread holds
+        no lock of ours (``inline``), else on a thread of their own."""
         with self._state_lock:
             if self._failure is not None:
                 return
-            self._failure = error
+            self._failure, self._failed = error, True
         log.error("executor failed: %s", error)
         self._res.cancel()
         self._collector_fail_all()
+        if inline:
+            self._after_failure()
+            return
+        thread = threading.Thread(target=self._after_failure, name="faultlab-failure", daemon=True)
+        self._res.failure_thread = thread
+        thread.start()
+
+    def _after_failure(self) -> None:
+        self._res.shutdown()
+        collector = getattr(self, "_collector", None)
+        if collector is not None:
+            collector.settle_resolved()
+        self._run_callbacks()
 
     def _collector_fail_all(self) -> None:
         collector = getattr(self, "_collector", None)
@@ -446,7 +525,11 @@ class MultiprocExecutor:
             self._callbacks_ran = True
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("executor failure callback raised")
+            _run_callback(callback)
+
+
+def _run_callback(callback: FailureCallback) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("executor failure callback raised")

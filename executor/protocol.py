@@ -16,6 +16,8 @@ import signal
 import traceback
 from typing import NamedTuple
 
+from executor.errors import safe_str
+
 REQUEST, REPLY_OK, REPLY_ERROR, FATAL = 1, 2, 3, 4
 ALL_RANKS = -1
 
@@ -38,11 +40,21 @@ class RemoteError(NamedTuple):
 
     @classmethod
     def capture(cls, exc: BaseException) -> RemoteError:
-        return cls(
-            f"{type(exc).__module__}.{type(exc).__qualname__}",
-            str(exc),
-            "".join(traceback.format_exception(exc)),
-        )
+        """Whatever can be captured: an exception whose ``__str__`` raises still gives its
+        type and traceback, with a note in place of the message."""
+        kind = type(exc)
+        return cls(f"{kind.__module__}.{kind.__qualname__}", safe_str(exc), _traceback_text(exc))
+
+
+def _traceback_text(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except BaseException:  # noqa: BLE001 - e.g. a hostile __notes__ or cause chain
+        try:
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+        except BaseException:  # noqa: BLE001
+            frames = ""
+        return f"Traceback (most recent call last):\n{frames}{type(exc).__qualname__}: {safe_str(exc)}\n"
 
 
 def describe_exit(exitcode: int | None) -> str:

@@ -54,14 +54,26 @@ class ExecutorResources:
         self.done = threading.Event()
         self.started = False
         self.rec = telemetry.get_recorder()
+        # Only the process that created the executor may touch its workers and pipes: a
+        # forked child inherits this object (and its finalizer, run at the child's exit)
+        # but must never signal the parent's workers or wake the parent's waiters.
+        self.owner_pid = os.getpid()
+        self.failure_thread: threading.Thread | None = None  # runs shutdown + callbacks
+
+    def owned(self) -> bool:
+        return os.getpid() == self.owner_pid
 
     def cancel(self) -> None:
         """Wake every thread waiting on a queue of this executor; they find it failed."""
+        if not self.owned():
+            return
         with self.lock:
             if not self.cancel_closed:
                 os.write(self.cancel_w, b"\1")  # never drained: every later wait wakes at once
 
     def shutdown(self) -> None:
+        if not self.owned():
+            return  # a forked child's copy: the parent's workers are not ours to stop
         with self.lock:
             if self.started:
                 first = False
@@ -95,7 +107,7 @@ class ExecutorResources:
         if self.hub is not None:
             self.hub.stop()  # BYE to remote workers, in parallel with stopping local ones
         stop_processes(
-            [(h.rank, h.process) for h in self.handles],
+            [(h.rank, h.process, h.exit_fd) for h in self.handles],
             self.cfg.shutdown_grace, self.cfg.sigterm_grace, self._record_step,
         )
         monitor = self.monitor
@@ -152,6 +164,7 @@ def _close_process(handle: WorkerHandle) -> None:
     try:
         handle.process.close()
     except ValueError:
-        pass  # still running: stop_processes could not reap it
+        return  # still running: stop_processes could not reap it; keep its exit fd too
+    handle.close_exit_fd()
 
 

@@ -3,10 +3,12 @@
     writer (driver or worker)                      readers 0..N-1 (workers or driver)
           │ write(msg_id, parts)                         ▲ read() -> (msg_id, bytes)
           ▼                                              │
-    ┌────────────────────────────── one segment ───────────────────────────────┐
-    │ header │ sleeping flags [writer, r0..rN-1] │ meta[0..C-1] │ data[0..C-1] │
-    └──────────────────────────────────────────────────────────────────────────┘
+    ┌──────────────────────────────────── one segment ────────────────────────────────────┐
+    │ header · published │ sleeping [writer, r0..rN-1] │ progress[r0..rN-1] │ meta[] │ data[] │
+    └──────────────────────────────────────────────────────────────────────────────────────┘
     meta[i] = written · seq · msg_id · total · length · flags · data_crc · meta_crc · read[0..N-1]
+    published = the last sequence number the writer made visible; progress[r] = the next
+    sequence number reader r will take (both written by their one owner, read by the others)
 
 A message is one or more chunks (FIRST ... LAST); a message larger than a chunk streams
 through the ring while readers copy it out, so no payload size needs a bigger ring.
@@ -20,13 +22,25 @@ Invariants:
   its read flag, so a clobbered read flag cannot make it skip or stall on a chunk.  Any
   other sequence number than the expected one or the one a lap earlier means the ring was
   damaged (or lapped a reader); that is raised as ``QueueCorruptedError``.
-- ``meta_crc`` covers seq, msg_id, total, length and flags: damaged metadata is fatal,
+- Every byte of chunk metadata is checked.  ``meta_crc`` covers seq, msg_id, total, length
+  and flags.  The ``written`` flag is cross-checked against ``published``: a chunk whose
+  sequence number was published but does not read as written and in sequence is damaged
+  (a reader never waits forever on it).  A read flag is cross-checked against the reader's
+  ``progress``: a flag that says "unread" for a chunk its reader has passed is damaged (the
+  writer never blames a healthy reader).  Damaged metadata is fatal,
   since the reader no longer knows where messages start.  ``data_crc`` covers a chunk's
   payload: a damaged payload is reported as ``CorruptMessageError`` for that msg_id, the
   rest of its chunks are consumed, and the queue stays in sync.
 - The writer never waits forever: its wait has a deadline and the error names the readers
   that are behind.  A message interrupted half-way (deadline, exception) is closed by an
-  ABORT chunk before the next message, so readers drop the partial message.
+  ABORT chunk before the next message, so readers drop the partial message.  While it
+  waits, the writer calls ``relieve`` (the driver drains replies there: a worker blocked on
+  its reply queue can then free request chunks, so any number of calls can be in flight).
+- Interruptible at any instant (KeyboardInterrupt in the driver): each end's state changes
+  in one statement that makes no call, so an exception between two steps leaves a state
+  the next call resumes from.  A reader keeps the message it returned (``held``) until the
+  caller ``ack()``s it, and releases chunks idempotently; a writer interrupted inside a
+  publish finishes or redoes it before its next message.
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ import dataclasses
 import struct
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import xxhash
 
@@ -44,7 +59,9 @@ from executor.shm import ShmSegment
 from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fence, ring
 
 MAGIC = b"FLQ1"
+VERSION = 2
 _HEADER = struct.Struct("<4sIIIQ")  # magic, version, n_readers, n_chunks, chunk_bytes
+_PUBLISHED = 24  # u64 in the header: the last sequence number the writer published
 _META = struct.Struct("<QQQIII")  # seq, msg_id, total, length, flags, data_crc
 _META_ALL = struct.Struct("<QQQIIII")  # the same, then meta_crc
 _U32 = struct.Struct("<I")
@@ -54,6 +71,8 @@ _META_CRC = 44  # offset of meta_crc; it covers bytes 8..44
 _READ_FLAGS = 48
 
 FIRST, LAST, ABORT, CHECKED = 1, 2, 4, 8
+_CHECK_S = 0.1  # a waiting writer looks for damaged read flags this often
+_RELIEVE_S = (0.001, 0.05)  # a relieving writer's first and longest wait between reliefs
 
 
 def _digest(data: memoryview | bytes | bytearray) -> int:
@@ -92,8 +111,12 @@ class QueueSpec:
         return 64
 
     @property
-    def meta_offset(self) -> int:
+    def progress_offset(self) -> int:
         return self.flags_offset + _align(1 + self.n_readers, 64)
+
+    @property
+    def meta_offset(self) -> int:
+        return self.progress_offset + _align(8 * self.n_readers, 64)
 
     @property
     def data_offset(self) -> int:
@@ -122,7 +145,7 @@ class ShmRingBuffer:
 
     def _format(self) -> None:
         spec = self.spec
-        _HEADER.pack_into(self.buf, 0, MAGIC, 1, spec.n_readers, spec.n_chunks, spec.chunk_bytes)
+        _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, spec.n_readers, spec.n_chunks, spec.chunk_bytes)
         for base in self.metas:
             self.buf[base : base + spec.meta_size] = bytes(spec.meta_size)
             self.buf[base + _READ_FLAGS : base + _READ_FLAGS + spec.n_readers] = (
@@ -130,10 +153,10 @@ class ShmRingBuffer:
             )
 
     def _check_header(self) -> None:
-        magic, _version, n_readers, n_chunks, chunk_bytes = _HEADER.unpack_from(self.buf, 0)
+        magic, version, n_readers, n_chunks, chunk_bytes = _HEADER.unpack_from(self.buf, 0)
         spec = self.spec
-        if (magic, n_readers, n_chunks, chunk_bytes) != (
-            MAGIC, spec.n_readers, spec.n_chunks, spec.chunk_bytes,
+        if (magic, version, n_readers, n_chunks, chunk_bytes) != (
+            MAGIC, VERSION, spec.n_readers, spec.n_chunks, spec.chunk_bytes,
         ):
             raise QueueCorruptedError(f"queue {spec.name}: header does not match its spec")
 
@@ -146,15 +169,20 @@ class ShmRingBuffer:
     def seq_at(self, index: int) -> int:
         return int(_U64.unpack_from(self.buf, self.metas[index] + _META_FIELDS)[0])
 
+    def published(self) -> int:
+        return int(_U64.unpack_from(self.buf, _PUBLISHED)[0])
+
+    def progress(self, reader: int) -> int:
+        return int(_U64.unpack_from(self.buf, self.spec.progress_offset + 8 * reader)[0])
+
     def close(self) -> None:
         self.flags.release()
         self.buf = None  # type: ignore[assignment]
         self.segment.close()
 
 
-@dataclasses.dataclass
-class _Partial:
-    """A multi-chunk message a reader has begun copying out."""
+class _Partial(NamedTuple):
+    """A multi-chunk message a reader has begun copying out (replaced, never mutated)."""
 
     msg_id: int
     out: bytearray
@@ -173,6 +201,7 @@ class QueueWriter:
         interrupt_fds: Sequence[int] = (),
         on_interrupt: Callable[[], None] = lambda: None,
         policy: WaitPolicy = DEFAULT_POLICY,
+        relieve: Callable[[], bool] | None = None,
     ) -> None:
         self.ring = ring
         self.spec = ring.spec
@@ -184,10 +213,14 @@ class QueueWriter:
         self._checksum = self.spec.checksum
         self._seq = 1  # the next chunk's sequence number
         self._aborted: int | None = None  # msg_id of a message left half-written
+        self._publishing: tuple[int, int, int, int, int] | None = None  # a publish cut short
+        self._relieve = relieve  # called while waiting for a chunk; True if it made progress
         self._sleeper = Sleeper(ring.flags, 0, own_bell, interrupt_fds, on_interrupt, policy)
 
     def write(self, msg_id: int, parts: Sequence[memoryview | bytes], deadline: float | None) -> None:
         """Publish one message; raises QueueFullError (nothing half-published) at ``deadline``."""
+        if self._publishing is not None:
+            self._finish_publish()
         if self._aborted is not None:
             self._publish_abort(deadline)
         total = 0
@@ -237,19 +270,52 @@ class QueueWriter:
         """Wait until the chunk for the next sequence number is free; return its index."""
         index = (self._seq - 1) % self._n_chunks
         flags = self.ring.metas[index] + _READ_FLAGS
-        buf, n, all_read = self.ring.buf, self.spec.n_readers, self._all_read
-        if buf[flags : flags + n] == all_read:
+        if self.ring.buf[flags : flags + self.spec.n_readers] == self._all_read:
             return index
-        if not self._sleeper.wait(lambda: buf[flags : flags + n] == all_read, deadline):
-            behind = [r for r in range(n) if not buf[flags + r]]
-            raise QueueFullError(
-                f"queue {self.spec.name}: reader(s) {behind} have not read chunk {index} "
-                f"(seq {self._seq - self.spec.n_chunks}) by the deadline; "
-                "a reader is busy, hung or dead"
-            )
-        return index
+        return self._wait_free(index, flags, deadline)
+
+    def _wait_free(self, index: int, flags: int, deadline: float | None) -> int:
+        """Wait in slices: between them relieve the readers and look for damaged read flags."""
+        buf, n, all_read = self.ring.buf, self.spec.n_readers, self._all_read
+
+        def free() -> bool:
+            return buf[flags : flags + n] == all_read
+
+        pause = _RELIEVE_S[0] if self._relieve is not None else _CHECK_S
+        while True:
+            if self._relieve is not None:
+                pause = _RELIEVE_S[0] if self._relieve() else min(2 * pause, _RELIEVE_S[1])
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if free():
+                    return index
+                raise self._full(index, flags)
+            until = now + pause if deadline is None else min(deadline, now + pause)
+            if self._sleeper.wait(free, until):
+                return index
+            self._check_read_flags(index, flags)
+
+    def _check_read_flags(self, index: int, flags: int) -> None:
+        """A reader whose progress passed this chunk but whose flag says unread: damage."""
+        old = self._seq - self._n_chunks  # the sequence number the chunk still holds
+        for r in range(self.spec.n_readers):
+            if self.ring.buf[flags + r] != 1 and self.ring.progress(r) > old:
+                raise QueueCorruptedError(
+                    f"queue {self.spec.name}, chunk {index}: reader {r} has read seq {old} but "
+                    f"its read flag reads {self.ring.buf[flags + r]}; "
+                    "the shared-memory ring is damaged and cannot be trusted"
+                )
+
+    def _full(self, index: int, flags: int) -> QueueFullError:
+        behind = [r for r in range(self.spec.n_readers) if self.ring.buf[flags + r] != 1]
+        return QueueFullError(
+            f"queue {self.spec.name}: reader(s) {behind} have not read chunk {index} "
+            f"(seq {self._seq - self.spec.n_chunks}) by the deadline; "
+            "a reader is busy, hung or dead"
+        )
 
     def _publish(self, index: int, msg_id: int, total: int, length: int, flags: int) -> None:
+        self._publishing = (index, msg_id, total, length, flags)
         buf, base = self.ring.buf, self.ring.metas[index]
         buf[base] = 0
         fence()
@@ -265,9 +331,27 @@ class QueueWriter:
                             index=index, msg_id=msg_id, seq=self._seq, flags=flags)
         fence()
         buf[base] = 1
-        self._seq += 1
+        self._published(index)
+
+    def _published(self, index: int) -> None:
+        seq = self._seq
+        _U64.pack_into(self.ring.buf, _PUBLISHED, seq)
+        self._seq, self._publishing = seq + 1, None  # one statement: no interrupt in between
         fence()
+        if failpoints.ACTIVE:
+            failpoints.fire("queue.after_publish", queue=self.spec.name, ring=self.ring,
+                            index=index, seq=seq)
         self._wake_readers()
+
+    def _finish_publish(self) -> None:
+        """A publish was interrupted: complete its bookkeeping if it became visible, else redo
+        it (readers take no chunk before its written flag is set and its seq is theirs)."""
+        assert self._publishing is not None
+        index = self._publishing[0]
+        if self.ring.buf[self.ring.metas[index]] == 1 and self.ring.seq_at(index) == self._seq:
+            self._published(index)
+        else:
+            self._publish(*self._publishing)
 
     def _wake_readers(self) -> None:
         sleeping = self.ring.flags
@@ -277,7 +361,12 @@ class QueueWriter:
 
 
 class QueueReader:
-    """Reader ``index`` of a queue.  Not thread-safe: one thread reads at a time."""
+    """Reader ``index`` of a queue.  Not thread-safe: one thread reads at a time.
+
+    ``read(hold=True)`` keeps the message it returns as ``held``: until ``ack()`` every
+    ``read`` returns (or raises) the same one again, so a caller interrupted between
+    receiving a message and recording it loses nothing.
+    """
 
     def __init__(
         self,
@@ -296,66 +385,96 @@ class QueueReader:
         self._seq = 1  # the sequence number of the next chunk to take
         self._n_chunks = self.spec.n_chunks
         self._chunk_bytes = self.spec.chunk_bytes
+        self._progress = self.spec.progress_offset + 8 * index
         self._partial: _Partial | None = None
+        self._held: tuple[int, bytes | bytearray] | CorruptMessageError | None = None
+        self._unreleased: tuple[int, int] | None = None  # (index, seq) taken, flag maybe not set
         self._sleeper = Sleeper(
             ring.flags, 1 + index, own_bell, interrupt_fds, on_interrupt, policy
         )
 
-    def read(self, deadline: float | None) -> tuple[int, bytes | bytearray] | None:
+    def read(
+        self, deadline: float | None, hold: bool = False
+    ) -> tuple[int, bytes | bytearray] | None:
         """Return the next whole message as ``(msg_id, data)``, or None at ``deadline``.
 
         Raises CorruptMessageError for a message whose payload failed its checksum (it has
-        been consumed) and QueueCorruptedError when the metadata itself is damaged.
+        been consumed) and QueueCorruptedError when the metadata itself is damaged.  With
+        ``hold``, the message (or its error) is kept and returned again until ``ack()``.
         """
-        while True:
+        if self._held is None:
+            self._next(deadline)
+        held = self._held
+        if not hold:
+            self._held = None
+        if isinstance(held, CorruptMessageError):
+            raise held
+        return held
+
+    def _next(self, deadline: float | None) -> None:
+        """Take chunks until a whole message (or its error) is held, or ``deadline``."""
+        while self._held is None:
+            if self._unreleased is not None:
+                self._release()
             meta = self._take(deadline)
             if meta is None:
-                return None
-            message = self._assemble(meta)
-            if message is not None:
-                return message
+                return
+            self._assemble(meta)
+            self._release()
 
-    def _assemble(self, meta: tuple[int, ...]) -> tuple[int, bytes | bytearray] | None:
-        _seq, msg_id, total, length, flags, crc, index = meta
+    def ack(self) -> None:
+        """The caller has recorded the message ``read`` returned (or raised): drop it."""
+        self._held = None
+
+    def _assemble(self, meta: tuple[int, ...]) -> None:
+        """Take one chunk into the reader's state: one committing statement at the end."""
+        seq, msg_id, total, length, flags, crc, index = meta
+        taken = (index, seq)
         if flags & ABORT:
-            self._release(index)
-            self._partial = None
-            return None
+            self._seq, self._partial, self._unreleased = seq + 1, None, taken
+            return
         if flags & FIRST:
             if self._partial is not None:
                 raise self._fatal(index, "a new message began inside another one")
             if flags & LAST:
-                return self._single(index, msg_id, length, flags, crc)
-            self._partial = _Partial(msg_id, bytearray(total))
-        partial = self._partial
+                self._single(taken, msg_id, length, flags, crc)
+                return
+            partial = _Partial(msg_id, bytearray(total))
+        else:
+            partial = self._partial  # type: ignore[assignment]
         if partial is None or partial.msg_id != msg_id or partial.pos + length > total:
             raise self._fatal(index, "a continuation chunk does not belong to the open message")
+        damaged = self._copy(partial, index, length, flags, crc)
+        new = _Partial(msg_id, partial.out, partial.pos + length, damaged)
+        if not flags & LAST:
+            self._seq, self._partial, self._unreleased = seq + 1, new, taken
+            return
+        held: tuple[int, bytes | bytearray] | CorruptMessageError = (msg_id, new.out)
+        if new.damaged or new.pos != total:
+            held = self._damaged(msg_id, new.damaged or "message shorter than announced")
+        self._seq, self._partial, self._held, self._unreleased = seq + 1, None, held, taken
+
+    def _copy(self, partial: _Partial, index: int, length: int, flags: int, crc: int) -> str:
+        """Copy a chunk into the open message (idempotent); its damage, if any."""
         data = self.ring.datas[index]
         # Through a memoryview: bytearray slicing copies (twice, for slice assignment).
         with memoryview(partial.out) as out:
             piece = out[partial.pos : partial.pos + length]
             piece[:] = self.ring.buf[data : data + length]
-            self._release(index)
-            if flags & CHECKED and crc != _digest(piece):
-                partial.damaged = partial.damaged or f"chunk {index} failed its checksum"
+            bad = bool(flags & CHECKED) and crc != _digest(piece)
             piece.release()
-        partial.pos += length
-        if not flags & LAST:
-            return None
-        self._partial = None
-        if partial.damaged or partial.pos != total:
-            raise self._damaged(msg_id, partial.damaged or "message shorter than announced")
-        return msg_id, partial.out
+        if partial.damaged or not bad:
+            return partial.damaged
+        return f"chunk {index} failed its checksum"
 
-    def _single(
-        self, index: int, msg_id: int, length: int, flags: int, crc: int
-    ) -> tuple[int, bytes]:
+    def _single(self, taken: tuple[int, int], msg_id: int, length: int, flags: int, crc: int) -> None:
+        index, seq = taken
         data = self.ring.datas[index]
         out = bytes(self.ring.buf[data : data + length])
-        self._release(index)
+        held: tuple[int, bytes] | CorruptMessageError = (msg_id, out)
         if flags & CHECKED and crc != _digest(out):
-            raise self._damaged(msg_id, f"chunk {index} failed its checksum")
-        return msg_id, out
+            held = self._damaged(msg_id, f"chunk {index} failed its checksum")
+        self._seq, self._held, self._unreleased = seq + 1, held, taken
 
     def _take(self, deadline: float | None) -> tuple[int, ...] | None:
         """Wait for the chunk with the expected sequence number and return its meta."""
@@ -367,7 +486,10 @@ class QueueReader:
         def ready() -> bool:
             # seq before written: the writer clears written before it touches seq and sets
             # it last, so a new seq seen with written set means the whole chunk is there.
-            return seq_of(buf, base + _META_FIELDS)[0] != old and buf[base] == 1
+            # A published seq at or past ours with no such chunk is damage: take it to look.
+            return (seq_of(buf, base + _META_FIELDS)[0] != old and buf[base] == 1) or (
+                seq_of(buf, _PUBLISHED)[0] >= expected
+            )
 
         if not ready() and not self._sleeper.wait(ready, deadline):
             return None
@@ -375,7 +497,7 @@ class QueueReader:
         seq, msg_id, total, length, flags, crc, meta_crc = _META_ALL.unpack_from(
             buf, base + _META_FIELDS
         )
-        if seq != expected:
+        if seq != expected or buf[base] != 1:
             self._recheck(index, expected)
             seq, msg_id, total, length, flags, crc, meta_crc = _META_ALL.unpack_from(
                 buf, base + _META_FIELDS
@@ -384,24 +506,38 @@ class QueueReader:
             raise self._fatal(index, "chunk metadata failed its checksum")
         if length > self._chunk_bytes:
             raise self._fatal(index, f"chunk length {length} exceeds the chunk size")
-        self._seq += 1
         return seq, msg_id, total, length, flags, crc, index
 
-    def _recheck(self, index: int, expected: int) -> int:
+    def _recheck(self, index: int, expected: int) -> None:
         """A torn read while the writer rewrites the chunk heals itself; damage persists."""
         time.sleep(0.001)
         fence()
         seq = self.ring.seq_at(index)
-        if seq == expected and self.ring.buf[self.ring.meta(index)] == 1:
-            return seq
-        if seq > expected:
+        written = self.ring.buf[self.ring.meta(index)]
+        if seq == expected and written == 1:
+            return
+        if seq > expected and written == 1:
             what = f"overwritten before this reader read it (seq {seq}, expected {expected})"
+            raise self._fatal(index, what)
+        if seq == expected or self.ring.published() >= expected:
+            what = (f"seq {expected} was published but the chunk reads seq {seq} with its "
+                    f"written flag {written}")
             raise self._fatal(index, what)
         raise self._fatal(index, f"sequence number {seq} where {expected} was expected")
 
-    def _release(self, index: int) -> None:
+    def _release(self) -> None:
+        """Set the read flag of the chunk last taken, unless that already happened (and the
+        writer reused the chunk: then its seq changed before its flags were cleared)."""
+        taken = self._unreleased
+        if taken is None:
+            return
+        index, seq = taken
         buf = self.ring.buf
-        buf[self.ring.metas[index] + _READ_FLAGS + self.index] = 1
+        flag = self.ring.metas[index] + _READ_FLAGS + self.index
+        if buf[flag] != 1 and self.ring.seq_at(index) == seq:
+            buf[flag] = 1
+        _U64.pack_into(buf, self._progress, seq + 1)
+        self._unreleased = None
         fence()
         if self._writer_bell is not None and self.ring.flags[0]:
             ring(self._writer_bell)

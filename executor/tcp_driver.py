@@ -327,11 +327,17 @@ class TcpReplies:
         return TcpReplyReader(self, rank)
 
     def read(self, rank: int, deadline: float | None) -> tuple[int, bytes] | None:
+        """The oldest reply of ``rank``, left in place until ``ack(rank)``."""
         queue = self._queues[rank]
         while not queue:
             if not self._pump(deadline):
                 return None
-        return queue.popleft()
+        return queue[0]
+
+    def ack(self, rank: int) -> None:
+        queue = self._queues[rank]
+        if queue:
+            queue.popleft()
 
     def _pump(self, deadline: float | None) -> bool:
         """Wait for replies (or an interrupt); False once ``deadline`` has passed."""
@@ -363,6 +369,17 @@ class TcpReplyReader:
 
     def __init__(self, replies: TcpReplies, rank: int) -> None:
         self._replies, self._rank = replies, rank
+        self._holding = False  # read returned the head of the rank's deque; ack pops it once
 
-    def read(self, deadline: float | None) -> tuple[int, bytes] | None:
-        return self._replies.read(self._rank, deadline)
+    def read(self, deadline: float | None, hold: bool = False) -> tuple[int, bytes] | None:
+        got = self._replies.read(self._rank, deadline)
+        if got is not None:
+            self._holding = True
+            if not hold:
+                self.ack()
+        return got
+
+    def ack(self) -> None:
+        if self._holding:
+            self._holding = False
+            self._replies.ack(self._rank)

@@ -209,7 +209,8 @@ class LinkReader:
         for fd in self._fds:
             self._poller.register(fd, zmq.POLLIN)
 
-    def read(self, deadline: float | None) -> tuple[int, bytes] | None:
+    def read(self, deadline: float | None, hold: bool = False) -> tuple[int, bytes] | None:
+        """``hold`` is accepted for the protocol; a worker reads each request once."""
         while True:
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
@@ -219,6 +220,9 @@ class LinkReader:
                 self._on_interrupt()
             if self._sock in events:
                 return self._take()
+
+    def ack(self) -> None:
+        """Nothing is held (see ``read``)."""
 
     def _take(self) -> tuple[int, bytes]:
         frames = self._sock.recv_multipart()

@@ -22,8 +22,17 @@ class MessageWriter(Protocol):
 
 
 class MessageReader(Protocol):
-    def read(self, deadline: float | None) -> tuple[int, bytes | bytearray] | None:
-        """The next whole message as ``(msg_id, frame)``, or None at ``deadline``."""
+    def read(
+        self, deadline: float | None, hold: bool = False
+    ) -> tuple[int, bytes | bytearray] | None:
+        """The next whole message as ``(msg_id, frame)``, or None at ``deadline``.
+
+        With ``hold`` the message (or the CorruptMessageError raised for it) is returned
+        again by every ``read`` until ``ack()``: a reader interrupted before it recorded it
+        loses nothing."""
+
+    def ack(self) -> None:
+        """Drop the message the last ``read(hold=True)`` returned or raised."""
 
 
 class BroadcastWriter:

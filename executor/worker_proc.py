@@ -323,15 +323,16 @@ class WorkerProc:
     def _serve_one(self) -> None:
         waited = time.time_ns()
         try:
-            got = self.reader.read(None)
-        except CorruptMessageError as exc:
-            self._send(getattr(exc, "msg_id", 0), REPLY_ERROR, RemoteError.capture(exc))
-            return
-        except QueueCorruptedError as exc:
+            try:
+                got = self.reader.read(None)
+            except CorruptMessageError as exc:
+                self._send(getattr(exc, "msg_id", 0), REPLY_ERROR, RemoteError.capture(exc))
+                return
+            if got is not None:
+                self._handle(got[0], got[1], waited, time.time_ns())
+        except QueueCorruptedError as exc:  # either queue: a ring out of sync is never trusted
             self._send_fatal(exc)
             raise SystemExit(EXIT_QUEUE_CORRUPTED) from exc
-        if got is not None:
-            self._handle(got[0], got[1], waited, time.time_ns())
 
     def _handle(self, msg_id: int, frame: bytes | bytearray, waited_ns: int, got_ns: int) -> None:
         _kind, reply_rank = peek(frame)

@@ -3,7 +3,9 @@
     faultlab chaos run SUITE|PATH --seed N --out DIR [--junit FILE] [--start-method M] [-k REGEX]
     faultlab chaos replay DIR/SCENARIO [--out DIR2]
 
-Exit status: 0 when every invariant held, 1 when one broke, 2 for a malformed suite.
+Exit status: 0 when every invariant held, 1 when one broke, 2 for a usage error (a malformed
+suite, a fault on a rank outside the world, a bad or unmatched ``-k``, an ``--out`` that is a
+file): one stderr line, raised as ``UsageError`` before any scenario runs.
 Progress goes to stderr, the summary table to stdout.
 """
 
@@ -11,8 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from faultlab.usage import UsageError, output_dir, output_file, regex
+
+if TYPE_CHECKING:
+    from chaos.suites import Scenario
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,13 +29,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="run a chaos suite (a built-in name or a TOML path)")
     run.add_argument("suite", help="smoke, full, or a path to a suite .toml")
     run.add_argument("--seed", type=int, default=None, help="the seed (default: the suite's)")
-    run.add_argument("--out", type=Path, required=True, help="directory for results and traces")
-    run.add_argument("--junit", type=Path, default=None, help="write JUnit XML here")
+    run.add_argument("--out", type=output_dir, required=True, help="directory for results and traces")
+    run.add_argument("--junit", type=output_file, default=None, help="write JUnit XML here")
     run.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default=None)
-    run.add_argument("-k", dest="only", default=None, help="only scenarios matching this regex")
+    run.add_argument("-k", dest="only", type=regex, default=None,
+                     help="only scenarios matching this regex")
     replay = sub.add_parser("replay", help="rerun one scenario of an earlier run exactly")
     replay.add_argument("scenario_dir", type=Path, help="DIR/SCENARIO of an earlier run")
-    replay.add_argument("--out", type=Path, default=None, help="default: SCENARIO/replay")
+    replay.add_argument("--out", type=output_dir, default=None, help="default: SCENARIO/replay")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,8 +52,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         suite = load_suite(args.suite)
     except SuiteError as exc:
-        sys.stderr.write(f"faultlab chaos: {exc}\n")
-        return 2
+        raise UsageError(str(exc)) from None
+    _check_selection([s.name for s in suite.scenarios], args.only, suite.name)
     seed = suite.seed if args.seed is None else args.seed
     sys.stderr.write(f"chaos suite {suite.name} ({suite.path}), seed {seed}, out {args.out}\n")
     results, wall = timed(lambda: run_suite(suite, seed, args.out, stderr_progress,
@@ -55,19 +65,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def _check_selection(names: list[str], only: str | None, suite_name: str) -> None:
+    """``-k`` must select at least one scenario (a typo should not be a green, empty run)."""
+    if only is None or any(re.search(only, name) for name in names):
+        return
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    raise UsageError(f"-k {only!r} matches no scenario of suite {suite_name}; its scenarios: {shown}")
+
+
 def _replay(args: argparse.Namespace) -> int:
     from chaos.plan import schedule_signature
     from chaos.runner import print_summary, run_one
-    from chaos.suites import Scenario
 
     source = args.scenario_dir
-    try:
-        saved = json.loads((source / "scenario.json").read_text())
-    except FileNotFoundError:
-        sys.stderr.write(f"faultlab chaos replay: {source}/scenario.json not found; "
-                         "give DIR/SCENARIO of an earlier 'faultlab chaos run'\n")
-        return 2
-    scenario = Scenario.from_dict(saved["scenario"], "scenario", {})
+    saved, scenario = _load_saved(source)
     out = args.out or source / "replay"
     result = run_one(scenario, saved["seed"], out, saved.get("start_method"))
     print_summary([result])
@@ -78,6 +89,25 @@ def _replay(args: argparse.Namespace) -> int:
     sys.stdout.write(f"replayed seed {saved['seed']} ({len(same)} fault(s)); the fault timeline "
                      f"is {verdict} the original's\n")
     return 0 if result.ok else 1
+
+
+def _load_saved(source: Path) -> tuple[dict[str, Any], Scenario]:
+    """The seed and scenario an earlier ``faultlab chaos run`` saved in ``source``."""
+    from chaos.faults import PlanError
+    from chaos.suites import Scenario
+
+    path = source / "scenario.json"
+    try:
+        saved = json.loads(path.read_text())
+        if not isinstance(saved["seed"], int):
+            raise ValueError(f"seed must be an integer, got {saved['seed']!r}")
+        return saved, Scenario.from_dict(saved["scenario"], "scenario", {})
+    except FileNotFoundError:
+        raise UsageError(f"{path} not found; give DIR/SCENARIO of an earlier "
+                         "'faultlab chaos run'") from None
+    except (ValueError, KeyError, TypeError) as exc:  # PlanError is a ValueError
+        detail = str(exc) if isinstance(exc, PlanError) else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"{path} is not a saved scenario: {detail}") from None
 
 
 def _timeline_signature(path: Path) -> list[tuple[object, ...]]:

@@ -64,6 +64,10 @@ class FaultPlan:
     def with_seed(self, seed: int) -> FaultPlan:
         return dataclasses.replace(self, seed=seed)
 
+    def check_world(self, world_size: int) -> None:
+        """Raise ``PlanError`` unless every fault's rank is in ``0 .. world_size - 1``."""
+        check_ranks(self.faults, world_size)
+
     def resolve(self) -> list[ResolvedFault]:
         return [_resolve(i, f, plan_random(self.seed, i), self.horizon)
                 for i, f in enumerate(self.faults)]
@@ -85,6 +89,14 @@ class FaultPlan:
 
     def dumps(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def check_ranks(faults: Sequence[Fault], world_size: int) -> None:
+    """Every fault's rank must be a rank of the executor; the error names the fault."""
+    for i, fault in enumerate(faults):
+        if fault.rank >= world_size:
+            raise PlanError(f"faults[{i}].rank: {fault.kind} targets rank {fault.rank}, outside "
+                            f"the world of {world_size} rank(s); valid ranks are 0..{world_size - 1}")
 
 
 def _resolve(index: int, fault: Fault, rng: random.Random, horizon: int) -> ResolvedFault:

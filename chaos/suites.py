@@ -7,7 +7,8 @@
 
 Built-in suites live beside this module (``chaos/suites/*.toml``); ``load_suite`` takes a
 name or a path.  Every error names the file and the key, e.g.
-``smoke.toml: scenario[3].faults[0].rank: ...``.
+``smoke.toml: scenario[3].faults[0].rank: ...``; a fault on a rank outside the scenario's
+world is one of those errors, raised at load time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from chaos.faults import Fault, PlanError, fault_from_dict
 from chaos.outcomes import Outcome
-from chaos.plan import FaultPlan
+from chaos.plan import FaultPlan, check_ranks
 from chaos.workloads import BUILTIN, CallSpec, Workload, rpc_sequence
 from executor import ExecutorConfig
 
@@ -77,13 +78,25 @@ class Scenario:
         config = {**defaults, **_config(data.get("config", {}), f"{where}.config")}
         faults = _list(data, "faults", where)
         calls = _list(data, "calls", where)
-        return cls(
+        scenario = cls(
             name, config,
             tuple(fault_from_dict(f, f"{where}.faults[{i}]") for i, f in enumerate(faults)),
             _workload(data.get("workload", "standard"), f"{where}.workload"),
             tuple(CallSpec.from_dict(c, f"{where}.calls[{i}]") for i, c in enumerate(calls)),
             _expect(data.get("expect", "auto"), f"{where}.expect"),
         )
+        scenario.check_ranks(where)
+        return scenario
+
+    def check_ranks(self, where: str = "scenario") -> None:
+        """Every fault must hit a rank of this scenario's executor (PlanError naming it)."""
+        cfg = self.executor_config()
+        try:
+            check_ranks(self.faults, cfg.world_size)
+        except PlanError as exc:
+            raise PlanError(f"{where}.{exc} (scenario {self.name!r}: tensor_parallel_size "
+                            f"{cfg.tensor_parallel_size} x pipeline_parallel_size "
+                            f"{cfg.pipeline_parallel_size})") from None
 
 
 @dataclasses.dataclass(frozen=True)

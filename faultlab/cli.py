@@ -4,6 +4,9 @@ Each module named in ``SUBCOMMANDS`` provides ``configure(parser)`` to declare i
 arguments and ``run(args) -> int`` to execute; this file only dispatches, so a part can
 change its command without touching the others.  Modules are imported when the parser is
 built, so they must keep heavy imports (torch, pandas) inside ``run``.
+
+Exit status: what ``run`` returns (0 ok, 1 a bad result); 2 for every usage error, printed
+as one line on stderr (``faultlab.usage``: argparse type errors and ``UsageError``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+from faultlab.usage import OneLineParser, UsageError, print_usage_error
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("faultlab.demo", "run the engine on the built-in tensor-parallel model"),
@@ -22,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="faultlab",
         description="faultlab: run, trace and break a multi-process inference executor.",
     )
@@ -42,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as exc:
+        print_usage_error(f"faultlab {args.command}", str(exc))
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@
 
 The seed draws both the prompts and the model weights, so one seed names one run; TP=1,
 TP=2 and PP=2 print the same tokens for it.  torch is imported only inside ``run``.
+
+Every numeric flag is range-checked by its argparse type, and the model's sequence limit
+(``--prompt-len + --max-tokens <= max_positions`` of the config the workers build) before any
+worker starts: a bad command line is one stderr line and exit 2, nothing on stdout.  Exit 1
+(with the ``--json`` error object) is a run that started and failed.
 """
 
 from __future__ import annotations
@@ -18,22 +23,27 @@ import sys
 import time
 from typing import Any
 
+from faultlab.usage import UsageError, int_in, positive_seconds
+
 WORKER = "executor.model.worker:ModelWorker"
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size (default 1)")
-    parser.add_argument("--requests", type=int, default=8, help="number of requests (8)")
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per request (32)")
-    parser.add_argument("--prompt-len", type=int, default=16, help="longest prompt (16)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of prompts and weights (0)")
+    at_least_1 = int_in(1)
+    parser.add_argument("--tp", type=at_least_1, default=1, help="tensor-parallel size (default 1)")
+    parser.add_argument("--pp", type=at_least_1, default=1, help="pipeline-parallel size (default 1)")
+    parser.add_argument("--requests", type=at_least_1, default=8, help="number of requests (8)")
+    parser.add_argument("--max-tokens", type=at_least_1, default=32, help="tokens per request (32)")
+    parser.add_argument("--prompt-len", type=at_least_1, default=16, help="longest prompt (16)")
+    parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
+                        help="seed of prompts and weights (0)")
     parser.add_argument("--async-scheduling", action="store_true",
                         help="keep two batches in flight even without pipeline parallelism")
-    parser.add_argument("--step-timeout", type=float, default=60.0,
+    parser.add_argument("--step-timeout", type=positive_seconds, default=60.0,
                         help="seconds one step may take before the run fails (60)")
     parser.add_argument("--json", action="store_true",
-                        help="print exactly one JSON object on stdout")
+                        help="print exactly one JSON object on stdout (none on a usage error)")
 
 
 def make_prompts(seed: int, count: int, max_len: int, vocab_size: int) -> dict[str, list[int]]:
@@ -46,14 +56,29 @@ def make_prompts(seed: int, count: int, max_len: int, vocab_size: int) -> dict[s
 def run(args: argparse.Namespace) -> int:
     from executor.model.config import ModelConfig
 
-    prompts = make_prompts(args.seed, args.requests, args.prompt_len,
-                           ModelConfig().vocab_size)
+    model = ModelConfig.from_kwargs(worker_kwargs(args))
+    check_sequence_limit(args, model.max_positions)
+    prompts = make_prompts(args.seed, args.requests, args.prompt_len, model.vocab_size)
     try:
         report = _generate(args, prompts)
     except Exception as exc:  # noqa: BLE001  (any failure ends the demo as one clear report)
         return _report_failure(args, exc)
     _print_report(args, report)
     return 0
+
+
+def worker_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """What every ModelWorker is built from (its ``ModelConfig`` included)."""
+    return {"seed": args.seed}
+
+
+def check_sequence_limit(args: argparse.Namespace, max_positions: int) -> None:
+    """The longest request (prompt plus generated tokens) must fit the model's positions."""
+    longest = args.prompt_len + args.max_tokens
+    if longest > max_positions:
+        raise UsageError(f"--prompt-len {args.prompt_len} + --max-tokens {args.max_tokens} = "
+                         f"{longest} tokens exceed the model's max_positions={max_positions}; "
+                         f"lower one so their sum is at most {max_positions}")
 
 
 def _generate(args: argparse.Namespace, prompts: dict[str, list[int]]) -> dict[str, Any]:
@@ -65,7 +90,7 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]]) -> dict[s
     from faultlab.engine import LLMEngine
 
     cfg = ExecutorConfig(worker=WORKER, tensor_parallel_size=args.tp,
-                         pipeline_parallel_size=args.pp, worker_kwargs={"seed": args.seed},
+                         pipeline_parallel_size=args.pp, worker_kwargs=worker_kwargs(args),
                          async_scheduling=args.async_scheduling)
     started = time.perf_counter()
     with MultiprocExecutor(cfg) as executor:

@@ -7,8 +7,10 @@ Data flow::
     faultlab trace send RUN_DIR [--endpoint URL] [--protocol grpc|http/protobuf]
         read_run ──► otel.to_readable_spans ──► SDK OTLP exporter ──► collector / Jaeger
 
-Imports of pandas and the SDK stay inside ``run``: the dispatcher imports this module to
-build its parser.
+Both check RUN_DIR first: a missing directory, or one holding no faultlab journal (nothing,
+or only foreign files), is a usage error (one stderr line, exit 2, no output file written),
+not an empty trace.  Imports of pandas and the SDK stay inside ``run``: the dispatcher
+imports this module to build its parser.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from faultlab.usage import UsageError, output_file
+
 FORMATS = ("jaeger", "otlp-json", "perfetto")
 
 
@@ -28,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", help="write a run's spans as Jaeger, OTLP or Perfetto JSON")
     export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     export.add_argument("--format", choices=FORMATS, default="jaeger")
-    export.add_argument("--out", type=Path, default=None, help="output file (default: stdout)")
+    export.add_argument("--out", type=output_file, default=None,
+                        help="output file (default: stdout)")
     send = sub.add_parser("send", help="replay a run's spans to an OTLP endpoint")
     send.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     send.add_argument("--endpoint", default=None,
@@ -38,12 +43,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.run_dir.is_dir():
-        print(f"faultlab trace: {args.run_dir} is not a directory", file=sys.stderr)
-        return 2
+    check_run_dir(args.run_dir)
     if args.trace_command == "export":
         return _export(args.run_dir, args.format, args.out)
     return _send(args.run_dir, args.endpoint, args.protocol)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raise ``UsageError`` unless ``run_dir`` holds at least one faultlab journal."""
+    from telemetry.journal import find_journals
+
+    expected = "the trace directory of a traced run, holding journal-*.bin files"
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a directory; expected {expected}")
+    if not find_journals(run_dir):
+        hint = f" (did you mean {run_dir / 'trace'}?)" if (run_dir / "trace").is_dir() else ""
+        raise UsageError(f"{run_dir} holds no faultlab journal; expected {expected}{hint}")
 
 
 def render(run_dir: Path, fmt: str) -> dict[str, Any]:
@@ -69,6 +84,7 @@ def _export(run_dir: Path, fmt: str, out: Path | None) -> int:
     if out is None:
         sys.stdout.write(text + "\n")
     else:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         print(f"wrote {fmt} trace of {run_dir} to {out}", file=sys.stderr)
     return 0

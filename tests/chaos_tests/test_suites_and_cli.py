@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +129,91 @@ def test_strategies_draw_valid_plans_deterministically():
         assert spec.method in ("echo", "sleep", "get_rank")
 
     check()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+FAR = """
+[suite]
+name = "far"
+[[scenario]]
+name = "fine"
+[[scenario]]
+name = "kill-far"
+[[scenario.faults]]
+kind = "kill_worker"
+rank = {rank}
+[scenario.config]
+tensor_parallel_size = {tp}
+pipeline_parallel_size = {pp}
+"""
+
+
+def _usage_error(*args: str) -> str:
+    """Run ``faultlab`` as a subprocess; assert exit 2 and one stderr line; return that line."""
+    done = subprocess.run([sys.executable, "-m", "faultlab.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_k_matching_no_scenario_is_a_usage_error(tmp_path):
+    line = _usage_error("chaos", "run", "smoke", "-k", "no-such-scenario", "--out", str(tmp_path / "o"))
+    assert "'no-such-scenario' matches no scenario of suite smoke" in line
+    assert "kill-mid-call" in line  # it lists what there is
+    assert not (tmp_path / "o").exists()
+
+
+def test_k_bad_regex_is_a_usage_error(tmp_path):
+    line = _usage_error("chaos", "run", "smoke", "-k", "kill(", "--out", str(tmp_path / "o"))
+    assert "-k: not a valid regular expression 'kill('" in line
+
+
+def test_out_naming_a_file_is_a_usage_error(tmp_path):
+    (tmp_path / "results").write_text("keep me")
+    line = _usage_error("chaos", "run", "smoke", "--out", str(tmp_path / "results"))
+    assert "results exists and is not a directory" in line
+    assert (tmp_path / "results").read_text() == "keep me"
+
+
+def test_junit_naming_a_directory_is_a_usage_error(tmp_path):
+    line = _usage_error("chaos", "run", "smoke", "--out", str(tmp_path / "o"), "--junit", str(tmp_path))
+    assert "--junit" in line and "is a directory" in line
+
+
+@pytest.mark.parametrize(("tp", "pp", "rank", "valid"), [
+    (2, 1, 7, "0..1"), (2, 1, 2, "0..1"), (1, 2, 2, "0..1"), (2, 2, 4, "0..3"),
+])
+def test_fault_on_a_rank_outside_the_world_is_rejected_at_load(tmp_path, tp, pp, rank, valid):
+    path = tmp_path / "far.toml"
+    path.write_text(FAR.format(rank=rank, tp=tp, pp=pp))
+    with pytest.raises(SuiteError) as info:
+        load_suite(str(path))
+    message = str(info.value)
+    for needle in ("far.toml", "scenario[1].faults[0].rank", "'kill-far'", "kill_worker",
+                   f"rank {rank}", f"valid ranks are {valid}"):
+        assert needle in message
+    line = _usage_error("chaos", "run", str(path), "--out", str(tmp_path / "o"))
+    assert f"valid ranks are {valid}" in line and not (tmp_path / "o").exists()
+
+
+def test_fault_on_the_last_rank_is_accepted(tmp_path):
+    path = tmp_path / "far.toml"
+    path.write_text(FAR.format(rank=3, tp=2, pp=2))
+    assert load_suite(str(path)).scenarios[1].faults[0].rank == 3
+
+
+def test_plan_check_world_names_the_fault():
+    plan = FaultPlan([SlowWorker(rank=1), KillWorker(rank=5)])
+    plan.check_world(6)
+    with pytest.raises(PlanError, match=r"faults\[1\]\.rank: kill_worker targets rank 5.*0\.\.3"):
+        plan.check_world(4)
+
+
+def test_replay_of_a_malformed_scenario_is_a_usage_error(tmp_path):
+    (tmp_path / "scenario.json").write_text(json.dumps({"seed": 1, "scenario": {"name": "x", "bad": 1}}))
+    line = _usage_error("chaos", "replay", str(tmp_path))
+    assert "scenario.json is not a saved scenario" in line and "bad" in line
+    assert "not found" in _usage_error("chaos", "replay", str(tmp_path / "nowhere"))

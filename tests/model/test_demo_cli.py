@@ -92,3 +92,45 @@ def test_configuring_the_demo_parser_does_not_import_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr or "faultlab.demo imported torch at import time"
+
+
+def _assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 2, exactly one line on stderr naming the problem, no traceback, nothing on stdout."""
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("faultlab demo: error: ")
+    for needle in needles:
+        assert needle in lines[0]
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(("flag", "value", "needle"), [
+    ("--prompt-len", "0", "--prompt-len: must be an integer >= 1, got 0"),
+    ("--requests", "-3", "--requests: must be an integer >= 1, got -3"),
+    ("--max-tokens", "many", "--max-tokens: must be an integer >= 1, got 'many'"),
+    ("--tp", "0", "--tp: must be an integer >= 1"),
+    ("--pp", "-1", "--pp: must be an integer >= 1"),
+    ("--step-timeout", "0", "--step-timeout: must be a number of seconds > 0"),
+    ("--step-timeout", "nan", "--step-timeout: must be a number of seconds > 0"),
+])
+@pytest.mark.usefixtures("no_orphans")
+def test_demo_bad_numeric_flag_is_one_line_and_exit_2(flag: str, value: str, needle: str) -> None:
+    _assert_usage_error(_demo("--json", flag, value), needle)
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_demo_rejects_a_request_longer_than_the_model_before_starting_workers() -> None:
+    from executor.model.config import ModelConfig
+
+    limit = ModelConfig().max_positions
+    done = _demo("--json", "--prompt-len", "16", "--max-tokens", str(limit))
+    _assert_usage_error(done, f"max_positions={limit}", f"{16 + limit} tokens")
+    assert "[demo]" not in done.stderr  # no worker was started
+
+
+def test_demo_seed_must_fit_the_generator() -> None:
+    done = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--seed", "-1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    _assert_usage_error(done, "--seed: must be an integer in 0..")

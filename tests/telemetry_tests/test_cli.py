@@ -141,3 +141,47 @@ def test_trace_send_subprocess_uses_otel_env(
     assert result.returncode == 0, result.stderr
     assert len(http_receiver.spans()) == len(telemetry.load_run(recorded_run["dir"]))
 
+
+
+def _usage_error(*args: str) -> str:
+    """Run ``faultlab trace`` as a subprocess; assert exit 2 and one stderr line; return it."""
+    done = subprocess.run([sys.executable, "-m", "faultlab.cli", "trace", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert done.stdout == ""
+    return lines[0]
+
+
+def _run_dir_without_journal(tmp_path: Path, case: str) -> Path:
+    run_dir = tmp_path / case
+    if case == "missing":
+        return run_dir
+    run_dir.mkdir()
+    if case == "garbage":  # named like a journal, but no faultlab header
+        (run_dir / "journal-worker-0-123-0000000000000001.bin").write_bytes(bytes(range(256)) * 4)
+        (run_dir / "notes.txt").write_text("not a journal")
+    return run_dir
+
+
+@pytest.mark.parametrize("case", ["empty", "missing", "garbage"])
+@pytest.mark.parametrize("command", ["export", "send"])
+def test_trace_of_a_dir_without_journals_is_a_usage_error(
+    tmp_path: Path, case: str, command: str,
+) -> None:
+    run_dir = _run_dir_without_journal(tmp_path, case)
+    out = tmp_path / "trace.json"
+    extra = ["--out", str(out)] if command == "export" else ["--endpoint", "http://127.0.0.1:9"]
+    line = _usage_error(command, str(run_dir), *extra)
+    assert str(run_dir) in line and "journal-*.bin" in line
+    assert ("is not a directory" if case == "missing" else "holds no faultlab journal") in line
+    assert not out.exists()
+
+
+def test_trace_export_out_naming_a_directory_is_a_usage_error(
+    recorded_run: dict[str, Any], tmp_path: Path,
+) -> None:
+    line = _usage_error("export", str(recorded_run["dir"]), "--out", str(tmp_path))
+    assert "--out" in line and "is a directory" in line

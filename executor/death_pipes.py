@@ -1,25 +1,36 @@
-"""The driver's death-pipe write ends, which no forked child may keep.
+"""What a process forked from the driver must not keep: death-pipe write ends and workers.
 
 A worker learns that its driver is gone when its death pipe reaches EOF, which happens only
 once every copy of the write end is closed.  ``fork`` copies all of the driver's fds into
 the child, including the write ends of *other* executors in the same driver; a worker that
 kept one would hold that executor's workers alive after its shutdown (until SIGTERM).  The
-driver registers each write end here while it is open; a forked child closes them all
+driver registers each write end here while it is open; a forked child drops them all
 first thing (the registry itself is copied into the child by the fork).
 
-Any ``os.fork()`` child closes them too (``os.register_at_fork``), not only our workers: a
-helper the user's program forks would otherwise keep every worker alive after the driver
-died, and make ``shutdown()`` wait out its grace.  Exec'd children never get them (pipes
-are not inheritable).
+Any ``os.fork()`` child does this (``os.register_at_fork``), not only our workers: a helper
+the user's program forks would otherwise keep every worker alive after the driver died,
+and make ``shutdown()`` wait out its grace.  Exec'd children never get them (pipes are not
+inheritable).  A write end is dropped by pointing its fd number at /dev/null, not by
+closing it: the child still holds the ``Connection`` object, whose eventual close must not
+close an unrelated fd that reused the number.
+
+The same child also inherits multiprocessing's list of the driver's children, and
+multiprocessing's exit handler SIGTERMs every daemon process in it: a forked helper that
+simply exits would kill the driver's workers.  So the workers are registered here too and
+removed from that list in the child.
 """
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import threading
+import weakref
+from multiprocessing.process import BaseProcess
 
 _lock = threading.Lock()
 _writers: set[int] = set()
+_workers: weakref.WeakSet[BaseProcess] = weakref.WeakSet()
 
 
 def register(fd: int) -> None:
@@ -32,14 +43,36 @@ def unregister(fd: int) -> None:
         _writers.discard(fd)
 
 
+def register_worker(process: BaseProcess) -> None:
+    """A worker of this driver: a forked child must not treat it as its own child."""
+    _workers.add(process)
+
+
 def close_inherited() -> None:
-    """In a forked child: close every write end the driver had open at the fork."""
-    for fd in list(_writers):
+    """In a forked child: drop every write end the driver had open at the fork."""
+    if _writers:
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            os.close(fd)
-        except OSError:
-            pass
+            for fd in list(_writers):
+                try:
+                    os.dup2(null, fd, inheritable=False)
+                except OSError:
+                    pass
+        finally:
+            os.close(null)
     _writers.clear()
 
 
-os.register_at_fork(after_in_child=close_inherited)
+def _forget_workers() -> None:
+    children = multiprocessing.process._children  # type: ignore[attr-defined]
+    for process in list(_workers):
+        children.discard(process)
+    _workers.clear()
+
+
+def _after_fork_in_child() -> None:
+    close_inherited()
+    _forget_workers()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -153,6 +153,7 @@ def _start_one(
         target=worker_main, args=(boot,), name=f"faultlab-worker-{wctx.rank}", daemon=True
     )
     process.start()
+    death_pipes.register_worker(process)
     for conn in (rpc_bell_r, reply_bell_w, reply_writer_r, ready_w):
         conn.close()
     for conn in (rpc_bell_w, reply_bell_r, reply_writer_w):

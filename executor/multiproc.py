@@ -380,7 +380,7 @@ class MultiprocExecutor:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
             return encode(REQUEST, ALL_RANKS if reply_rank is None else reply_rank,
-                          (method, args, kwargs, trace))
+                          (method, args, kwargs, trace), _from_main(method))
         except KeyboardInterrupt:
             if span is not None:
                 span.end(None)
@@ -526,6 +526,11 @@ class MultiprocExecutor:
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             _run_callback(callback)
+
+
+def _from_main(method: Any) -> bool:
+    """A callable defined in the caller's script: send it by value (see serialization)."""
+    return not isinstance(method, str) and getattr(method, "__module__", None) == "__main__"
 
 
 def _run_callback(callback: FailureCallback) -> None:

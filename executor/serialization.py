@@ -91,15 +91,19 @@ class _CloudPickler(cloudpickle.CloudPickler):
 _local = _ReusablePickler()
 
 
-def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
-    """Pickle ``obj`` with large buffers out of band; cloudpickle when plain pickle refuses."""
-    try:
-        return _local.dumps(obj)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        buffers: list[pickle.PickleBuffer] = []
-        stream = io.BytesIO()
-        _CloudPickler(stream, protocol=5, buffer_callback=_keep_large(buffers)).dump(obj)
-        return stream.getvalue(), buffers
+def dumps(obj: Any, by_value: bool = False) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """Pickle ``obj`` with large buffers out of band; cloudpickle when plain pickle refuses,
+    or when ``by_value`` (a callable from ``__main__``, which plain pickle would send by a
+    name the workers, started before it was defined, may not know)."""
+    if not by_value:
+        try:
+            return _local.dumps(obj)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            pass
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    _CloudPickler(stream, protocol=5, buffer_callback=_keep_large(buffers)).dump(obj)
+    return stream.getvalue(), buffers
 
 
 def _keep_large(buffers: list[pickle.PickleBuffer]) -> Callable[[pickle.PickleBuffer], bool]:
@@ -156,9 +160,9 @@ def _lift(obj: Any, depth: int = 3) -> Any:
     return obj
 
 
-def encode(kind: int, reply_rank: int, obj: Any) -> list[Any]:
+def encode(kind: int, reply_rank: int, obj: Any, by_value: bool = False) -> list[Any]:
     """Frame parts for the queue: header, pickle, then each out-of-band buffer."""
-    body, buffers = dumps(_lift(obj))
+    body, buffers = dumps(_lift(obj), by_value)
     if not buffers:
         return [_HEAD.pack(kind, reply_rank, 0, len(body)), body]
     raws = [b.raw() for b in buffers]

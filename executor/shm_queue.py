@@ -299,10 +299,15 @@ class QueueWriter:
         """A reader whose progress passed this chunk but whose flag says unread: damage."""
         old = self._seq - self._n_chunks  # the sequence number the chunk still holds
         for r in range(self.spec.n_readers):
-            if self.ring.buf[flags + r] != 1 and self.ring.progress(r) > old:
+            # Progress first: a reader sets its flag, then its progress, so once its
+            # progress has passed the chunk its flag must read as set.
+            passed = self.ring.progress(r) > old
+            fence()
+            flag = self.ring.buf[flags + r]
+            if passed and flag != 1:
                 raise QueueCorruptedError(
                     f"queue {self.spec.name}, chunk {index}: reader {r} has read seq {old} but "
-                    f"its read flag reads {self.ring.buf[flags + r]}; "
+                    f"its read flag reads {flag}; "
                     "the shared-memory ring is damaged and cannot be trusted"
                 )
 

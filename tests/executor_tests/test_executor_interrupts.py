@@ -1,0 +1,96 @@
+"""Ctrl-C in the driver at any instant: KeyboardInterrupt reaches the caller, the executor
+stays usable and in step (the interrupted call's replies are drained and dropped), and an
+interrupt is never reported as memory damage."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from executor import MultiprocExecutor, failpoints
+
+sys.path.insert(0, os.path.dirname(__file__))
+import outsider_helpers as helpers  # noqa: E402
+
+
+def _sigint_after(delay: float) -> threading.Timer:
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def _call_in_step(ex: MultiprocExecutor, i: int) -> None:
+    assert ex.collective_rpc("echo", args=(i,), timeout=20) == [i, i]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_sigint_at_random_instants_of_a_streamed_reply(
+    make_executor: Callable[..., MultiprocExecutor], seed: int
+) -> None:
+    ex = make_executor(chunk_bytes=1 << 16, n_chunks=4)  # a 2 MiB echo streams 32 chunks each way
+    payload = os.urandom(2 << 20)
+    rng = random.Random(seed)
+    interrupted = 0
+    for i in range(40):
+        timer = _sigint_after(rng.uniform(0.0, 0.015))
+        try:
+            try:
+                assert ex.collective_rpc("echo", args=(payload,), timeout=20) == [payload, payload]
+            finally:
+                timer.join()
+        except KeyboardInterrupt:
+            interrupted += 1
+        assert not ex.is_failed
+        _call_in_step(ex, i)
+    assert interrupted == 40  # every signal arrived as KeyboardInterrupt, wherever it landed
+
+
+def _interrupt_once(point: str) -> Callable[..., None]:
+    fired: list[bool] = []
+
+    def action(**_: Any) -> None:
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    failpoints.enable(point, action)
+    return action
+
+
+@pytest.mark.parametrize("point", [
+    "driver.before_pickle", "driver.before_enqueue", "driver.after_enqueue",
+    "driver.before_dequeue", "driver.after_dequeue", "queue.mid_chunk_write",
+])
+def test_keyboard_interrupt_at_each_driver_phase(
+    make_executor: Callable[..., MultiprocExecutor], point: str
+) -> None:
+    ex = make_executor(chunk_bytes=1 << 16, n_chunks=4)
+    payload = os.urandom(1 << 20)
+    _interrupt_once(point)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.collective_rpc("echo", args=(payload,), timeout=20)
+    finally:
+        failpoints.disable()
+    assert not ex.is_failed
+    for i in range(3):
+        _call_in_step(ex, i)
+
+
+def test_keyboard_interrupt_while_unpickling_a_reply_is_a_keyboard_interrupt(
+    make_executor: Callable[..., MultiprocExecutor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ex = make_executor()
+    monkeypatch.setenv(helpers.DRIVER_PID_VAR, str(os.getpid()))
+    helpers.interrupted.clear()
+    with pytest.raises(KeyboardInterrupt):
+        ex.collective_rpc("echo", args=(helpers.InterruptOnceInDriver(),), timeout=20)
+    assert not ex.is_failed
+    _call_in_step(ex, 1)

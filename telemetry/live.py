@@ -7,8 +7,9 @@ Data flow::
         ▼
     LiveExporter._export_pass: JournalTail.poll ─► ended spans ─► backlog ─► SDK exporter
         stop(): the same thread makes one final pass that also exports spans still open,
-                marked truncated; stop waits for it at most OTEL_BSP_EXPORT_TIMEOUT
-                (default 3 s), then shuts the exporter down, even if the collector is down
+                marked truncated; stop waits for it OTEL_BSP_EXPORT_TIMEOUT (default 3 s),
+                then shuts the exporter down and waits at most 1 s more, even if the
+                collector is down or never answers
 
 Invariants:
 
@@ -83,16 +84,22 @@ class LiveExporter:
             self._thread.join(self._budget_s)
         elif self._thread.ident is None:  # never started: flush here, nothing else runs
             self._final_pass()
-        finished = not self._thread.is_alive()
-        self._close_exporter()  # ends the retries of a final pass that overran its budget
-        if not finished:
+        if self._thread.is_alive():  # over budget: end the exporter's retries, then go
+            self._close_exporter()
             self._thread.join(min(1.0, self._budget_s))
-            log.warning("the final trace export overran its %.1f s budget; the spans stay "
-                        "in %s (faultlab trace send replays them)", self._budget_s, self.run_dir)
+        self._close_exporter()
+        if self._thread.is_alive():
+            log.warning("the final trace export overran its %.1f s budget; spans it had not "
+                        "sent %s", self._budget_s, self._where_spans_stay())
         elif self._backlog:
             self.dropped += len(self._backlog)
-            log.warning("%d spans were not exported live; they stay in %s "
-                        "(faultlab trace send replays them)", len(self._backlog), self.run_dir)
+            log.warning("%d spans were not exported live and %s",
+                        len(self._backlog), self._where_spans_stay())
+
+    def _where_spans_stay(self) -> str:
+        if self.settings.trace_dir is None:  # the recorder removes its temporary run dir
+            return "are lost (set FAULTLAB_TRACE_DIR to keep them for faultlab trace send)"
+        return f"stay in {self.run_dir} (faultlab trace send replays them)"
 
     def _close_exporter(self) -> None:
         with self._close_lock:

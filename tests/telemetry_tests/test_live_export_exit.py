@@ -10,6 +10,7 @@ open span of a SIGKILLed worker arrives marked truncated.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -52,7 +53,7 @@ def run_script(
     if trace_dir is not None:
         env["FAULTLAB_TRACE_DIR"] = str(trace_dir)
     return subprocess.run([sys.executable, str(SCRIPT), mode], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=90)
+                          capture_output=True, text=True, timeout=60)
 
 
 def assert_all_journal_spans_arrived(received: ReceivedSpans, trace_dir: Path) -> None:
@@ -149,4 +150,17 @@ def test_unreachable_collector_does_not_hang_exit(tmp_path: Path) -> None:
     proc = run_script("bare", "http://127.0.0.1:9", trace_dir=tmp_path / "run",
                       OTEL_BSP_EXPORT_TIMEOUT="300")
     assert proc.returncode == 0, proc.stderr
+    assert [s.name for s in read_run(tmp_path / "run")] == ["bare"]
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_collector_that_never_answers_does_not_hang_exit(tmp_path: Path, protocol: str) -> None:
+    """Connections are accepted by the kernel but never answered; each export would wait
+    120 s (OTEL_EXPORTER_OTLP_TIMEOUT), the exit flush gives up after its budget."""
+    with socket.create_server(("127.0.0.1", 0), backlog=64) as silent:
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        proc = run_script("bare", endpoint, protocol, tmp_path / "run",
+                          OTEL_BSP_EXPORT_TIMEOUT="300", OTEL_EXPORTER_OTLP_TIMEOUT="120")
+    assert proc.returncode == 0, proc.stderr
+    assert "trace send replays them" in proc.stderr, proc.stderr
     assert [s.name for s in read_run(tmp_path / "run")] == ["bare"]

@@ -21,6 +21,11 @@ The public names below are the whole API; the executor calls only the recorder h
     configure_process("worker", rank, env=parent_tracing_env)  # first thing in a child
     shutdown()                                 # flush and close; also runs at exit
 
+With ``OTEL_TRACES_EXPORTER`` set, configuring the driver builds the exporter and its
+resource and starts one daemon thread (``faultlab-trace-export``); at exit, after the
+executors made since have shut down, that thread's final pass sends every span left, open
+ones marked truncated, within ``OTEL_BSP_EXPORT_TIMEOUT``.
+
 Children inherit the tracing configuration through the environment, except forkserver
 children, which inherit the fork server's: pass them ``tracing_env()`` (taken in the parent)
 as ``configure_process(..., env=...)``.  Heavy imports (pandas, the OpenTelemetry SDK,

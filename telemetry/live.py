@@ -6,11 +6,18 @@ Data flow::
         │  every OTEL_BSP_SCHEDULE_DELAY ms
         ▼
     LiveExporter._export_pass: JournalTail.poll ─► ended spans ─► backlog ─► SDK exporter
-        stop(): one final pass that also exports spans still open, marked truncated,
-                bounded by OTEL_BSP_EXPORT_TIMEOUT (default 3 s) even if the collector is down
+        stop(): the same thread makes one final pass that also exports spans still open,
+                marked truncated; stop waits for it OTEL_BSP_EXPORT_TIMEOUT (default 3 s),
+                then shuts the exporter down and waits at most 1 s more, even if the
+                collector is down or never answers
 
 Invariants:
 
+- Everything that could fail while the interpreter exits is built when live export is
+  configured: the exporter, the base ``Resource`` (``Resource.create`` starts a thread
+  pool, which Python refuses once shutdown began) and the export thread.  ``stop`` starts
+  no thread and creates no pool, so it works from an exit hook, after ``sys.exit`` and
+  after an uncaught exception alike.
 - Only journals of this owner's process tree (header ``owner_pid``, inherited through
   ``FAULTLAB_TRACE_OWNER``) created since it was configured are exported: a reused run
   directory does not replay an older run, and a second driver sharing the directory (a
@@ -23,8 +30,8 @@ Invariants:
   refused batch and keeps the rest for later; ``stop`` shuts the exporter down (which
   ends its retries) when the final flush overruns its budget.  The journal keeps every
   span anyway: ``faultlab trace send`` replays it.
-- Only the export thread touches the tails, the backlog and the exporter until ``stop``
-  has joined it.
+- Only the export thread touches the tails, the backlog and the exporter (other than
+  shutting it down) until it has ended.
 """
 
 from __future__ import annotations
@@ -34,10 +41,12 @@ import os
 import threading
 from pathlib import Path
 
+from opentelemetry.sdk.resources import Resource
+
 from telemetry import journal as j
-from telemetry.assemble import JournalTail, RecordedSpan
+from telemetry.assemble import JournalTail, ProcessInfo, RecordedSpan
 from telemetry.config import Settings
-from telemetry.otel import export_spans, make_exporter, to_readable_spans
+from telemetry.otel import base_resource, export_spans, make_exporter, to_readable_spans
 
 log = logging.getLogger(__name__)
 MAX_BACKLOG = 50_000  # spans kept for retry while the collector is unreachable
@@ -55,7 +64,10 @@ class LiveExporter:
         self.dropped = 0
         self._tails: dict[int, JournalTail] = {}  # incarnation -> tail
         self._backlog: list[RecordedSpan] = []
+        self._base = base_resource()
+        self._resources: dict[ProcessInfo, Resource] = {}
         self._exporter = make_exporter(settings.exporter, settings.protocol)
+        self._budget_s = _final_flush_budget_s()
         self._exporter_closed = False
         self._close_lock = threading.Lock()
         self._stop = threading.Event()
@@ -66,23 +78,28 @@ class LiveExporter:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread, export everything left (open spans as truncated), shut down."""
+        """Export everything left (open spans as truncated) within the budget; shut down."""
         self._stop.set()
-        watchdog = threading.Timer(_final_flush_budget_s(), self._close_exporter)
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            if self._thread.is_alive():
-                self._thread.join()
-            if not self._exporter_closed:
-                self._export_pass(final=True)
-        finally:
-            watchdog.cancel()
+        if self._thread.is_alive():
+            self._thread.join(self._budget_s)
+        elif self._thread.ident is None:  # never started: flush here, nothing else runs
+            self._final_pass()
+        if self._thread.is_alive():  # over budget: end the exporter's retries, then go
             self._close_exporter()
-        if self._backlog:
+            self._thread.join(min(1.0, self._budget_s))
+        self._close_exporter()
+        if self._thread.is_alive():
+            log.warning("the final trace export overran its %.1f s budget; spans it had not "
+                        "sent %s", self._budget_s, self._where_spans_stay())
+        elif self._backlog:
             self.dropped += len(self._backlog)
-            log.warning("%d spans were not exported live; they stay in %s "
-                        "(faultlab trace send replays them)", len(self._backlog), self.run_dir)
+            log.warning("%d spans were not exported live and %s",
+                        len(self._backlog), self._where_spans_stay())
+
+    def _where_spans_stay(self) -> str:
+        if self.settings.trace_dir is None:  # the recorder removes its temporary run dir
+            return "are lost (set FAULTLAB_TRACE_DIR to keep them for faultlab trace send)"
+        return f"stay in {self.run_dir} (faultlab trace send replays them)"
 
     def _close_exporter(self) -> None:
         with self._close_lock:
@@ -96,6 +113,14 @@ class LiveExporter:
                 self._export_pass(final=False)
             except Exception:  # keep exporting later passes; the journal keeps the spans
                 log.exception("live trace export pass failed")
+        self._final_pass()
+
+    def _final_pass(self) -> None:
+        try:
+            if not self._exporter_closed:
+                self._export_pass(final=True)
+        except Exception:
+            log.exception("final live trace export pass failed")
 
     def _export_pass(self, final: bool) -> None:
         self._discover()
@@ -119,7 +144,8 @@ class LiveExporter:
                 self._tails[header.incarnation] = JournalTail(journal)
 
     def _send(self) -> None:
-        sent = export_spans(self._exporter, to_readable_spans(self._backlog))
+        spans = to_readable_spans(self._backlog, self._base, self._resources)
+        sent = export_spans(self._exporter, spans)
         self.exported += sent
         del self._backlog[:sent]
         if self._backlog:

@@ -14,7 +14,11 @@ Invariants:
   span its process never ended is exported ending at the journal's last timestamp with
   ``faultlab.truncated = true`` and status ERROR, so it stands out in Jaeger.
 - One ``Resource`` per process incarnation: ``service.name``, ``process.pid``,
-  ``faultlab.role``, ``faultlab.rank``, plus ``OTEL_RESOURCE_ATTRIBUTES``.
+  ``faultlab.role``, ``faultlab.rank``, plus ``OTEL_RESOURCE_ATTRIBUTES``.  The SDK's
+  ``Resource.create`` (detectors, environment) runs once, in ``base_resource()``; each
+  process's resource is that base merged with its own attributes, which starts no thread
+  and so also works while the interpreter exits (``Resource.create`` starts a thread pool,
+  which fails once shutdown began).
 - A span attribute ``span.kind`` (client/server/producer/consumer/internal) becomes the
   span's kind and is not exported as an attribute.
 """
@@ -45,7 +49,16 @@ _STATUS = {"OK": StatusCode.OK, "ERROR": StatusCode.ERROR, "UNSET": StatusCode.U
 _HOST = socket.gethostname()
 
 
-def resource_for(process: ProcessInfo) -> Resource:
+def base_resource() -> Resource:
+    """What every exported process shares: SDK defaults, detectors, ``OTEL_*`` variables.
+
+    Call it while the interpreter still runs normally: it may start a thread pool.
+    """
+    return Resource.create({})
+
+
+def resource_for(process: ProcessInfo, base: Resource | None = None) -> Resource:
+    """``process``'s resource; ``base`` is a ``base_resource()`` built earlier."""
     attributes: dict[str, str | int] = {
         "service.name": process.service,
         "process.pid": process.pid,
@@ -57,7 +70,7 @@ def resource_for(process: ProcessInfo) -> Resource:
     }
     if process.rank is not None:
         attributes["faultlab.rank"] = process.rank
-    return Resource.create(attributes)
+    return (base_resource() if base is None else base).merge(Resource(attributes))
 
 
 def to_readable_span(span: RecordedSpan, resource: Resource) -> ReadableSpan:
@@ -84,13 +97,18 @@ def to_readable_span(span: RecordedSpan, resource: Resource) -> ReadableSpan:
     )
 
 
-def to_readable_spans(spans: Iterable[RecordedSpan]) -> list[ReadableSpan]:
-    resources: dict[ProcessInfo, Resource] = {}
+def to_readable_spans(
+    spans: Iterable[RecordedSpan], base: Resource | None = None,
+    resources: dict[ProcessInfo, Resource] | None = None,
+) -> list[ReadableSpan]:
+    """SDK spans; ``resources`` (a cache kept by the caller) maps processes to resources."""
+    base = base_resource() if base is None else base
+    resources = {} if resources is None else resources
     out = []
     for span in spans:
         resource = resources.get(span.process)
         if resource is None:
-            resource = resources[span.process] = resource_for(span.process)
+            resource = resources[span.process] = resource_for(span.process, base)
         out.append(to_readable_span(span, resource))
     return out
 

@@ -20,6 +20,8 @@ Invariants:
 - Only a process configured with role "driver" (explicitly, or by default when it is not a
   child of a traced process) runs live export; it exports the journals that appeared in the
   run directory since it was configured.
+- At interpreter exit the journal is closed and live export flushed after every executor
+  made in this process has shut down (a ``weakref.finalize`` hook, not an atexit one).
 - When tracing is off, ``enabled`` is False and ``start_span`` returns a span that records
   nothing; the executor checks ``enabled`` first, so off costs one attribute read.
 """
@@ -27,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import _thread
-import atexit
 import itertools
 import json
 import os
@@ -36,6 +37,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -394,7 +396,10 @@ def _create(role: str | None, rank: int | None) -> Recorder:
         if rec is None:
             rec = Recorder()
             _RECORDER = rec
-            atexit.register(shutdown)
+            # At exit, finalizers run newest first, after every atexit hook registered later
+            # and before every one registered earlier: executors (made after this recorder,
+            # shut down by their own finalizers) stop first, so their last spans are flushed.
+            weakref.finalize(rec, shutdown)
         elif role is None:
             return rec
         if role is None:  # first use without configure_process

@@ -12,6 +12,7 @@ from executor.errors import (
     QueueFullError,
     ReplyUnpicklingError,
     RequestPicklingError,
+    SharedMemoryError,
     WorkerError,
     WorkerStartupError,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "QueueFullError",
     "ReplyUnpicklingError",
     "RequestPicklingError",
+    "SharedMemoryError",
     "WorkerBase",
     "WorkerContext",
     "WorkerError",

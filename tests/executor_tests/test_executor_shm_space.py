@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import re
 import secrets
 import subprocess
@@ -205,3 +206,15 @@ def test_more_memory_than_there_is_fails_in_the_constructor(
     needed = int(re.findall(r"(\d+) bytes", message)[0])
     assert needed > 8 << 40, message
     assert _fds() - fds_before == set(), "the failed constructor left file descriptors open"
+
+
+def test_a_segment_fd_only_travels_to_a_process_being_started() -> None:
+    """Pickled anywhere else, DupFd would start a resource-sharer thread and leak the fd to it."""
+    from executor import shm
+
+    segment = shm.ShmSegment.create("stray", 4096)
+    try:
+        with pytest.raises(RuntimeError, match="inheritance"):
+            pickle.dumps(segment.handle())
+    finally:
+        segment.close()

@@ -13,6 +13,7 @@ from executor.errors import (
     QueueFullError,
     ReplyUnpicklingError,
     RequestPicklingError,
+    SharedMemoryError,
     WorkerError,
     WorkerStartupError,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "QueueFullError",
     "ReplyUnpicklingError",
     "RequestPicklingError",
+    "SharedMemoryError",
     "WorkerBase",
     "WorkerContext",
     "WorkerError",

@@ -13,24 +13,15 @@ and make ``shutdown()`` wait out its grace.  Exec'd children never get them (pip
 inheritable).  A write end is dropped by pointing its fd number at /dev/null, not by
 closing it: the child still holds the ``Connection`` object, whose eventual close must not
 close an unrelated fd that reused the number.
-
-The same child also inherits multiprocessing's list of the driver's children, and
-multiprocessing's exit handler SIGTERMs every daemon process in it: a forked helper that
-simply exits would kill the driver's workers.  So the workers are registered here too and
-removed from that list in the child.
 """
 
 from __future__ import annotations
 
-import multiprocessing.process
 import os
 import threading
-import weakref
-from multiprocessing.process import BaseProcess
 
 _lock = threading.Lock()
 _writers: set[int] = set()
-_workers: weakref.WeakSet[BaseProcess] = weakref.WeakSet()
 
 
 def register(fd: int) -> None:
@@ -41,11 +32,6 @@ def register(fd: int) -> None:
 def unregister(fd: int) -> None:
     with _lock:
         _writers.discard(fd)
-
-
-def register_worker(process: BaseProcess) -> None:
-    """A worker of this driver: a forked child must not treat it as its own child."""
-    _workers.add(process)
 
 
 def close_inherited() -> None:
@@ -63,16 +49,4 @@ def close_inherited() -> None:
     _writers.clear()
 
 
-def _forget_workers() -> None:
-    children = multiprocessing.process._children  # type: ignore[attr-defined]
-    for process in list(_workers):
-        children.discard(process)
-    _workers.clear()
-
-
-def _after_fork_in_child() -> None:
-    close_inherited()
-    _forget_workers()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=close_inherited)

@@ -8,6 +8,7 @@
     ├── WorkerStartupError       a worker failed before READY; carries the worker's own traceback
     ├── QueueCorruptedError      shared-memory metadata is damaged; the queue cannot be trusted any more
     ├── QueueFullError           the writer waited its whole deadline on a reader that did not read
+    ├── SharedMemoryError        a queue's shared memory could not be allocated at start-up
     └── AuthenticationError      a TCP message failed its HMAC: rejected, never unpickled
     RequestPicklingError (TypeError, pickle.PicklingError)   arguments cannot be pickled; nothing was sent
     ReplyUnpicklingError (ExecutorError, pickle.UnpicklingError)  a reply arrived but could not be unpickled
@@ -97,6 +98,11 @@ class QueueCorruptedError(ExecutorError):
 
 class QueueFullError(ExecutorError, TimeoutError):
     """The writer's deadline passed while a reader had not freed the next chunk."""
+
+
+class SharedMemoryError(ExecutorError):
+    """A queue's shared memory could not be allocated; the message names the queue, the bytes
+    needed and the bytes free."""
 
 
 class RequestPicklingError(TypeError, pickle.PicklingError):

@@ -1,16 +1,18 @@
 """Starting the worker processes and waiting for READY.
 
     driver                                   worker rank r
-    create rpc ring, pipes ──start──►        attach rpc ring, create reply ring,
-                                             build the worker class (loads the model)
+    create rpc ring, reply rings, pipes      attach rpc ring and its reply ring (fds in
+      ──start──►                               its bootstrap), build the worker class
+    close the ring fds                         (loads the model)
     wait(READY pipes + sentinels) ◄──────    send ("ready", pid, reply spec) | ("error", RemoteError)
-    attach reply rings; unlink every name    serve
+    read the reply rings                     serve
 
 Invariants:
-- Every segment name is known to the driver before any process starts, so a start-up
-  failure can unlink all of them, including a reply ring a dying worker already created.
-- The driver closes its copies of the child-side pipe ends once every worker has started;
-  in particular only the driver keeps the death pipe's write end.
+- The driver creates every ring (anonymous memory, executor/shm.py) before any process
+  starts; workers only attach, so nothing of a start-up is ever named in /dev/shm.
+- The driver closes its copies of the child-side pipe ends and its ring fds once every
+  worker has started (the mappings keep the memory); only the driver keeps the death
+  pipe's write end.
 - A worker that dies or reports an error before READY makes ``launch`` raise
   ``WorkerStartupError`` carrying the worker's own traceback, after stopping the others.
 """
@@ -26,11 +28,11 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from executor import death_pipes, shm
+from executor import death_pipes
 from executor.config import ExecutorConfig
 from executor.errors import WorkerStartupError
 from executor.protocol import RemoteError, describe_exit
-from executor.shm_queue import QueueSpec
+from executor.shm_queue import ShmRingBuffer
 from executor.waiting import WaitPolicy
 from executor.worker_base import WorkerContext
 from executor.worker_proc import WorkerBootstrap, worker_main
@@ -42,7 +44,7 @@ class WorkerHandle:
 
     rank: int
     process: BaseProcess
-    reply_spec: QueueSpec
+    reply_ring: ShmRingBuffer  # created by the driver; this worker attaches to it
     rpc_bell: Connection  # write end: wake this worker when a request chunk is published
     reply_bell: Connection  # read end: this worker rings it when it publishes a reply chunk
     reply_writer_bell: Connection  # write end: wake this worker when we free a reply chunk
@@ -107,8 +109,8 @@ def distributed_init_method(cfg: ExecutorConfig) -> str:
 
 
 def start_workers(
-    cfg: ExecutorConfig, rpc_spec: QueueSpec, token: str, policy: WaitPolicy,
-    trace: tuple[int, int, int] | None = None, init_method: str | None = None,
+    cfg: ExecutorConfig, rpc_ring: ShmRingBuffer, reply_rings: list[ShmRingBuffer],
+    policy: WaitPolicy, trace: tuple[int, int, int] | None = None, init_method: str | None = None,
 ) -> tuple[list[WorkerHandle], Wiring]:
     """Start the worker processes of this node, ranks 0 .. local_world_size - 1 (not yet READY)."""
     method = cfg.resolved_start_method()
@@ -125,26 +127,28 @@ def start_workers(
             rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
             init_method, dict(cfg.worker_kwargs), cfg.async_scheduling,
         )
-        handles.append(_start_one(ctx, cfg, wctx, rpc_spec, token, policy, wiring, method, trace))
+        handles.append(_start_one(
+            ctx, cfg, wctx, rpc_ring, reply_rings[rank], policy, wiring, method, trace
+        ))
     for conn in wiring.child_ends:
         conn.close()
+    for ring in (rpc_ring, *reply_rings):
+        ring.segment.close_fd()  # every worker has its own fd or mapping now
     return handles, wiring
 
 
 def _start_one(
     ctx: multiprocessing.context.BaseContext, cfg: ExecutorConfig, wctx: WorkerContext,
-    rpc_spec: QueueSpec, token: str, policy: WaitPolicy, wiring: Wiring, method: str,
-    trace: tuple[int, int, int] | None,
+    rpc_ring: ShmRingBuffer, reply_ring: ShmRingBuffer, policy: WaitPolicy, wiring: Wiring,
+    method: str, trace: tuple[int, int, int] | None,
 ) -> WorkerHandle:
     rpc_bell_r, rpc_bell_w = ctx.Pipe(duplex=False)
     reply_bell_r, reply_bell_w = ctx.Pipe(duplex=False)
     reply_writer_r, reply_writer_w = ctx.Pipe(duplex=False)
     ready_r, ready_w = ctx.Pipe(duplex=False)
-    reply_spec = QueueSpec(
-        shm.segment_name(token, f"reply{wctx.rank}"), 1, cfg.n_chunks, cfg.chunk_bytes, cfg.checksum
-    )
     boot = WorkerBootstrap(
-        wctx, cfg.worker, rpc_spec, rpc_bell_r, wiring.child_ends[0], reply_spec, reply_bell_w,
+        wctx, cfg.worker, rpc_ring.spec, rpc_ring.segment.handle(), rpc_bell_r, wiring.child_ends[0],
+        reply_ring.spec, reply_ring.segment.handle(), reply_bell_w,
         reply_writer_r, wiring.child_ends[1], wiring.death.fileno(), ready_w, method,
         cfg.thread_cap(), policy, cfg.worker_exit_grace, trace,
         keep_buffers=cfg.worker_keep_buffers,
@@ -153,15 +157,24 @@ def _start_one(
         target=worker_main, args=(boot,), name=f"faultlab-worker-{wctx.rank}", daemon=True
     )
     process.start()
-    death_pipes.register_worker(process)
+    _untrack(process)
     for conn in (rpc_bell_r, reply_bell_w, reply_writer_r, ready_w):
         conn.close()
     for conn in (rpc_bell_w, reply_bell_r, reply_writer_w):
         os.set_blocking(conn.fileno(), False)
     return WorkerHandle(
-        wctx.rank, process, reply_spec, rpc_bell_w, reply_bell_r, reply_writer_w, ready_r,
+        wctx.rank, process, reply_ring, rpc_bell_w, reply_bell_r, reply_writer_w, ready_r,
         process.pid or 0, open_exit_fd(process.pid),
     )
+
+
+def _untrack(process: BaseProcess) -> None:
+    """Take a worker off multiprocessing's list of children: the executor stops and reaps its
+    workers itself.  multiprocessing's exit handler SIGTERMs every daemon child on that list,
+    which killed the workers before the executor's own shutdown when that handler ran first
+    (a script whose first weakref.finalize predates importing multiprocessing), and ran in
+    every os.fork() child that simply exited, killing the *parent's* workers."""
+    multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
 
 
 def wait_ready(

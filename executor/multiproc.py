@@ -94,22 +94,22 @@ class MultiprocExecutor:
 
     def _start(self, policy: WaitPolicy) -> None:
         cfg, res = self.config, self._res
-        token = secrets.token_hex(4)
+        rpc_ring = ShmRingBuffer(QueueSpec("rpc", cfg.local_world_size, cfg.n_chunks,
+                                           cfg.chunk_bytes, cfg.checksum))
+        res.rings.append(rpc_ring)
+        for r in range(cfg.local_world_size):  # every ring exists before any worker starts
+            res.rings.append(ShmRingBuffer(QueueSpec(f"reply{r}", 1, cfg.n_chunks,
+                                                     cfg.chunk_bytes, cfg.checksum)))
         span = self._rec.start_span("executor.startup", None, {
             "faultlab.world_size": cfg.world_size, "faultlab.worker": cfg.worker,
         }) if self._rec.enabled else None
-        rpc_spec = QueueSpec(shm.segment_name(token, "rpc"), cfg.local_world_size, cfg.n_chunks,
-                             cfg.chunk_bytes, cfg.checksum)
-        res.names.append(rpc_spec.name)
-        res.names += [shm.segment_name(token, f"reply{r}") for r in range(cfg.local_world_size)]
-        rpc_ring = ShmRingBuffer(rpc_spec, create=True)
-        res.rings.append(rpc_ring)
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
         init_method = distributed_init_method(cfg)
         if cfg.nnodes > 1:
             self._start_hub(NodeConfig(cfg, init_method, policy, trace))
         deadline = time.monotonic() + cfg.startup_timeout
-        res.handles, res.wiring = start_workers(cfg, rpc_spec, token, policy, trace, init_method)
+        res.handles, res.wiring = start_workers(cfg, rpc_ring, res.rings[1:], policy, trace,
+                                                init_method)
         try:
             wait_ready(res.handles, cfg.startup_timeout, self._rec,
                        span.context if span is not None else None)
@@ -133,8 +133,6 @@ class MultiprocExecutor:
         self._collector = ReplyCollector(
             readers, res.reply_lock, lambda: self._failure, self._fail, self._call_resolved, self._rec,
         )
-        for name in res.names:
-            shm.unlink(name)  # everyone has mapped everything: nothing to leak from here on
         res.monitor = WorkerMonitor(
             [(h.rank, h.process, h.sentinel) for h in res.handles], self._death_callback()
         )
@@ -191,8 +189,7 @@ class MultiprocExecutor:
     def _attach_replies(self, policy: WaitPolicy) -> list[QueueReader]:
         readers = []
         for h in self._res.handles:
-            ring = ShmRingBuffer(h.reply_spec, create=False)
-            self._res.rings.append(ring)
+            ring = h.reply_ring
             os.set_blocking(h.reply_bell.fileno(), False)
             readers.append(QueueReader(
                 ring, 0, Doorbell(h.reply_bell.fileno()), h.reply_writer_bell.fileno(),

@@ -3,7 +3,7 @@
     MultiprocExecutor ──owns──► ExecutorResources: worker processes, pipes, shm mappings,
                                 the monitor thread, the TCP hub (nnodes > 1), the cancel pipe
     shutdown(): death pipe closed ─► stop_processes (grace, SIGTERM, SIGKILL) ─► join the
-                monitor ─► unlink names ─► close queues and pipes (under both queue locks)
+                monitor ─► close queues (mappings, ring fds) and pipes (under both queue locks)
 
 Invariants:
 - ``shutdown`` runs once (later callers wait for it) and never needs the executor object,
@@ -21,7 +21,7 @@ import shutil
 import threading
 
 import telemetry
-from executor import death_pipes, shm
+from executor import death_pipes
 from executor.config import ExecutorConfig
 from executor.launch import Wiring, WorkerHandle
 from executor.monitor import WorkerMonitor
@@ -37,7 +37,6 @@ class ExecutorResources:
 
     def __init__(self, cfg: ExecutorConfig) -> None:
         self.cfg = cfg
-        self.names: list[str] = []
         self.rings: list[ShmRingBuffer] = []
         self.handles: list[WorkerHandle] = []
         self.wiring: Wiring | None = None
@@ -120,8 +119,6 @@ class ExecutorResources:
             self.rec.event(f"executor.shutdown.{step}", {"faultlab.ranks": str(ranks)})
 
     def _release(self) -> None:
-        for name in self.names:
-            shm.unlink(name)
         for h in self.handles:
             _close_process(h)
         held = [lock for lock in (self.send_lock, self.reply_lock) if lock.acquire(timeout=5.0)]

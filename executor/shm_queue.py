@@ -55,7 +55,7 @@ import xxhash
 
 from executor import failpoints
 from executor.errors import CorruptMessageError, QueueCorruptedError, QueueFullError
-from executor.shm import ShmSegment
+from executor.shm import SegmentFd, ShmSegment
 from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fence, ring
 
 MAGIC = b"FLQ1"
@@ -130,9 +130,12 @@ class QueueSpec:
 class ShmRingBuffer:
     """The segment and its layout; one instance per process that maps it."""
 
-    def __init__(self, spec: QueueSpec, *, create: bool) -> None:
+    def __init__(self, spec: QueueSpec, attach: SegmentFd | None = None) -> None:
+        """Create the segment (the driver), or ``attach`` to the one behind a handle (workers)."""
         self.spec = spec
-        self.segment = ShmSegment(spec.name, spec.size, create=create)
+        create = attach is None
+        self.segment = (ShmSegment.create(spec.name, spec.size) if attach is None
+                        else ShmSegment.attach(attach, spec.size, spec.name))
         self.buf = self.segment.buf
         # Offsets are computed once: the hot path only indexes these lists.
         self.metas = [spec.meta_offset + i * spec.meta_size for i in range(spec.n_chunks)]

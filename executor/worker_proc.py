@@ -49,6 +49,7 @@ from executor.protocol import (
     RemoteError,
 )
 from executor.serialization import decode, encode, peek
+from executor.shm import SegmentFd
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.transport import MessageReader, MessageWriter
 from executor.waiting import Doorbell, WaitPolicy
@@ -65,9 +66,11 @@ class WorkerBootstrap:
     ctx: WorkerContext
     worker: str  # "module:Class"
     rpc: QueueSpec
+    rpc_fd: SegmentFd  # the rpc ring's memory (created by the driver; we attach)
     rpc_bell: Connection  # read end: the driver rings it when a request chunk is published
     rpc_writer_bell: Connection  # write end: ring the driver when we free a request chunk
-    reply: QueueSpec  # this worker creates it
+    reply: QueueSpec
+    reply_fd: SegmentFd  # this worker's reply ring (created by the driver; we attach)
     reply_bell: Connection  # write end: ring the driver when a reply chunk is published
     reply_writer_bell: Connection  # read end: the driver rings it when it frees a reply chunk
     death: Connection  # read end of the death pipe
@@ -282,8 +285,8 @@ class WorkerProc:
         death = [boot.death.fileno()]
         for conn in (boot.rpc_bell, boot.reply_writer_bell, boot.rpc_writer_bell, boot.reply_bell):
             os.set_blocking(conn.fileno(), False)
-        self.reply_ring = ShmRingBuffer(boot.reply, create=True)
-        self.rpc_ring = ShmRingBuffer(boot.rpc, create=False)
+        self.reply_ring = ShmRingBuffer(boot.reply, boot.reply_fd)
+        self.rpc_ring = ShmRingBuffer(boot.rpc, boot.rpc_fd)
         reader = QueueReader(
             self.rpc_ring, self.rank, Doorbell(boot.rpc_bell.fileno()),
             boot.rpc_writer_bell.fileno(), death, self._leave, boot.wait_policy,

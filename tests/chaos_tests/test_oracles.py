@@ -96,8 +96,9 @@ def test_leaked_shared_memory_is_caught(tmp_path):
 
     class LeaksSegment(MultiprocExecutor):
         def shutdown(self):
-            super().shutdown()
-            shm.ShmSegment(broken.leaked_segment_name(), 4096, create=True).close()
+            super().shutdown()  # rings are never named: leave a named segment on purpose
+            os.close(os.open(os.path.join(shm.SHM_DIR, broken.leaked_segment_name()),
+                             os.O_CREAT | os.O_RDWR, 0o600))
 
     try:
         result = run_scenario(FORK, echo_calls, FaultPlan([], seed=1), tmp_path,

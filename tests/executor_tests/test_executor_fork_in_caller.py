@@ -21,7 +21,7 @@ import pytest
 from executor import ExecutorFailedError, ForeignProcessError, MultiprocExecutor
 
 sys.path.insert(0, os.path.dirname(__file__))
-import outsider_helpers as helpers  # noqa: E402
+import outsider_helpers as helpers
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:

@@ -17,7 +17,7 @@ import pytest
 from executor import MultiprocExecutor, failpoints
 
 sys.path.insert(0, os.path.dirname(__file__))
-import outsider_helpers as helpers  # noqa: E402
+import outsider_helpers as helpers
 
 
 def _sigint_after(delay: float) -> threading.Timer:

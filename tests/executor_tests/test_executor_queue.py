@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from executor import CorruptMessageError, QueueCorruptedError, QueueFullError, failpoints, shm
+from executor import CorruptMessageError, QueueCorruptedError, QueueFullError, failpoints
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 
 CHUNK = 256
@@ -17,9 +16,8 @@ CHUNK = 256
 
 @pytest.fixture
 def ring() -> Iterator[tuple[QueueWriter, list[QueueReader]]]:
-    spec = QueueSpec(shm.segment_name(secrets.token_hex(4), "test"), 2, 4, CHUNK)
-    ring = ShmRingBuffer(spec, create=True)
-    ring.segment.unlink()
+    ring = ShmRingBuffer(QueueSpec("test", 2, 4, CHUNK))
+    ring.segment.close_fd()  # no other process attaches: the mapping is all we need
     yield QueueWriter(ring, [], None), [QueueReader(ring, r, None, None) for r in range(2)]
     failpoints.disable()
 

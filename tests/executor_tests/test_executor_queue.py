@@ -150,3 +150,39 @@ def test_a_clobbered_read_flag_does_not_make_a_reader_skip(ring) -> None:  # typ
     writer.write(1, [b"m"], time.monotonic() + 1)
     writer.ring.buf[writer.ring.metas[0] + 48 + 0] = 1  # as if reader 0 had read it
     assert _read(readers[0]) == (1, b"m")
+
+
+def _after_publish(damage: str):  # type: ignore[no-untyped-def]
+    def action(ring: ShmRingBuffer, index: int, seq: int, **_: object) -> None:
+        if seq != 2:
+            return
+        base = ring.metas[index]
+        if damage == "clear_written":
+            ring.buf[base] = 0
+        elif damage == "written_ff":
+            ring.buf[base] = 0xFF
+        else:  # every metadata byte, read flags included
+            ring.buf[base : base + ring.spec.meta_size] = b"\xff" * ring.spec.meta_size
+
+    return action
+
+
+@pytest.mark.parametrize("damage", ["clear_written", "written_ff", "all_ff"])
+def test_a_damaged_written_flag_is_reported_never_waited_on(ring, damage: str) -> None:  # type: ignore[no-untyped-def]
+    writer, readers = ring
+    failpoints.enable("queue.after_publish", _after_publish(damage))
+    writer.write(1, [b"fine"], time.monotonic() + 1)
+    writer.write(2, [b"damaged"], time.monotonic() + 1)
+    assert _read(readers[0]) == (1, b"fine")
+    with pytest.raises(QueueCorruptedError, match="chunk 1"):
+        readers[0].read(None)  # no deadline: a hang here is the bug
+
+
+def test_a_cleared_read_flag_of_a_reader_that_read_is_damage_not_a_full_queue(ring) -> None:  # type: ignore[no-untyped-def]
+    writer, readers = ring
+    for i in range(4):
+        writer.write(i, [b"a"], time.monotonic() + 1)
+        assert _read(readers[0]) == (i, b"a") and _read(readers[1]) == (i, b"a")
+    writer.ring.buf[writer.ring.metas[0] + 48 + 1] = 0  # reader 1 read chunk 0; its flag says not
+    with pytest.raises(QueueCorruptedError, match="reader 1 has read seq 1"):
+        writer.write(4, [b"b"], time.monotonic() + 5)

@@ -10,7 +10,7 @@ Data flow::
 File layout: a ``HEADER_SIZE`` header (magic, version, pid, rank, role, service, created
 time, an incarnation id, the segment size) followed by ``1 << segment_bits`` slots of
 ``RECORD_SIZE`` bytes.  When a segment fills, the writer opens the next segment file of the
-same incarnation and lets go of the full one.  Segments are 4 MiB of records unless
+same incarnation and lets go of the one before the full one.  Segments are 4 MiB of records unless
 ``FAULTLAB_JOURNAL_SEGMENT_BYTES`` (read once, at import) names another power of two; the
 header records the size, so readers never depend on the writer's environment.
 
@@ -30,12 +30,15 @@ Invariants:
   When a segment cannot be created, the writer stops for good: one warning per process
   names the path and the bytes needed and free, every later write is a no-op, and the
   owner's ``on_stop`` callback drops the writer.
-- The writer holds one segment: one fd and one mapping.  A full segment is released when
-  the next one opens; its ``maps`` entry becomes ``_RELEASED`` (a closed mapping, so a
-  late store raises ValueError, which every writer catches).  A thread that already
-  fetched the old mapping keeps it alive by reference until its store is done; only a
-  thread paused between reserving a slot and fetching the mapping loses that one record,
-  which then reads as torn.
+- Whatever the run's length, the writer holds at most two mappings (the newest segment
+  and the one filled before it) and one fd per mapping (the mapping's own duplicate; the
+  file's fd is closed as soon as it is mapped).  When segment N opens, segment N-2 is
+  released: its ``maps`` entry becomes ``_RELEASED`` (a closed mapping, so a store into it
+  raises ValueError, which every writer catches) and it is unmapped once no thread holds a
+  reference.  ``maps`` is replaced, never changed in place, so a thread that fetched it
+  keeps live mappings; a record is lost (it reads as torn) only if its thread stopped
+  between reserving the slot and fetching ``maps`` while other threads filled a whole
+  segment.
 """
 
 from __future__ import annotations
@@ -196,9 +199,10 @@ class JournalWriter:
         self.header = header
         self.on_stop = on_stop
         self.slots = itertools.count()  # next() is the atomic slot reservation
-        # Index = segment; only the last entry is a live mapping (see _RELEASED).
+        # Index = segment.  Replaced on each new segment, never changed in place, so a
+        # thread's copy stays valid; live mappings: the newest two (see _RELEASED).
         self.maps: list[mmap.mmap] = []
-        self._fd = -1  # the current segment's file; mmap holds a duplicate of its own
+        self._path: Path | None = None  # the newest segment, trimmed by close()
         self._lock = threading.Lock()  # guards segment opening and closing
         self.closed = False
         self.stopped = False  # a segment could not be created: nothing more is written
@@ -232,32 +236,25 @@ class JournalWriter:
         raise JournalStopped(str(failed)) from failed
 
     def _next_segment(self) -> None:
-        """Create, allocate and map the next segment, then let go of the full one."""
+        """Create, allocate and map the next segment; release the one before the full one."""
         path = segment_path(self.run_dir, self.header, len(self.maps))
         size = self.header.segment_bytes
         try:
-            fd, mm = _create_segment(path, size)
+            mm = _create_segment(path, size)
         except OSError as exc:
             raise OSError(exc.errno, _no_space_message(path, size, exc)) from exc
         mm[:HEADER_S.size] = self.header.pack()
-        self._release_current()
-        self._fd = fd
-        self.maps.append(mm)
-
-    def _release_current(self) -> None:
-        """Drop the current segment: close its fd, unmap it once no writer still holds it."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if self.maps:
-            self.maps[-1] = _RELEASED
+        maps = self.maps[:]
+        if len(maps) >= 2:
+            maps[-2] = _RELEASED  # unmapped as soon as no thread holds it any more
+        maps.append(mm)
+        self.maps, self._path = maps, path
 
     def _stop(self, exc: OSError) -> None:
-        """After a failed segment: release everything, warn once, tell the owner."""
+        """After a failed segment: warn once, tell the owner (which drops this writer, and
+        with it the mappings, once the threads still writing into them are done)."""
         with self._lock:
-            first = not self.stopped
-            self.stopped = True
-            self._release_current()
+            first, self.stopped = not self.stopped, True
         if first:
             warn_stopped(str(exc))
             if self.on_stop is not None:
@@ -268,26 +265,26 @@ class JournalWriter:
         return _peek_count(self.slots)
 
     def close(self, trim: bool = True) -> None:
-        """Unmap and close; with ``trim`` shrink the current segment to the slots in use."""
+        """Unmap; with ``trim`` shrink the newest segment to the slots in use."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             used = self.used_slots() - ((len(self.maps) - 1) << SEGMENT_BITS)
-            if self._fd >= 0:
-                self.maps[-1].close()
-                if trim:
-                    kept = min(max(0, used), SLOTS_PER_SEGMENT)
-                    os.ftruncate(self._fd, HEADER_SIZE + kept * RECORD_SIZE)
-            self._release_current()
-            self.maps = []
+            self._unmap()
+            if trim and self._path is not None and not self.stopped:
+                kept = min(max(0, used), SLOTS_PER_SEGMENT)
+                with contextlib.suppress(OSError):  # e.g. its directory was removed
+                    os.truncate(self._path, HEADER_SIZE + kept * RECORD_SIZE)
 
     def abandon(self) -> None:
-        """Drop the mapping without touching the files (after fork: they are the parent's)."""
+        """Drop the mappings without touching the files (after fork: they are the parent's)."""
         self.closed = True
-        if self._fd >= 0:
-            self.maps[-1].close()
-        self._release_current()
+        self._unmap()
+
+    def _unmap(self) -> None:
+        for mm in self.maps[-2:]:
+            mm.close()  # _RELEASED is closed already: close() again is a no-op
         self.maps = []
 
 
@@ -300,17 +297,20 @@ def _closed_map() -> mmap.mmap:
 _RELEASED = _closed_map()  # stands for a released segment: any store raises ValueError
 
 
-def _create_segment(path: Path, size: int) -> tuple[int, mmap.mmap]:
-    """A new file of ``size`` allocated bytes and its shared mapping; nothing left on error."""
+def _create_segment(path: Path, size: int) -> mmap.mmap:
+    """A new file of ``size`` allocated bytes, mapped shared; nothing left behind on error.
+
+    The file's own fd is closed at once: the mapping holds a duplicate of it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         _allocate(fd, size)
-        return fd, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     except BaseException:
-        os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise
+    finally:
+        os.close(fd)
 
 
 def _allocate(fd: int, size: int) -> None:

@@ -227,13 +227,15 @@ class JournalWriter:
                 while len(self.maps) <= seg and not (self.closed or self.stopped):
                     self._next_segment()
             except OSError as exc:
-                failed = exc
+                # Keep only the text: a frame holding the exception is a reference cycle,
+                # and the cycle would keep this writer's mappings until the next gc.
+                failed = str(exc.strerror or exc)
             else:
                 if self.closed or self.stopped:
                     raise ValueError("journal closed")
                 return self.maps[seg]
         self._stop(failed)
-        raise JournalStopped(str(failed)) from failed
+        raise JournalStopped(failed)
 
     def _next_segment(self) -> None:
         """Create, allocate and map the next segment; release the one before the full one."""
@@ -250,13 +252,13 @@ class JournalWriter:
         maps.append(mm)
         self.maps, self._path = maps, path
 
-    def _stop(self, exc: OSError) -> None:
+    def _stop(self, message: str) -> None:
         """After a failed segment: warn once, tell the owner (which drops this writer, and
         with it the mappings, once the threads still writing into them are done)."""
         with self._lock:
             first, self.stopped = not self.stopped, True
         if first:
-            warn_stopped(str(exc))
+            warn_stopped(message)
             if self.on_stop is not None:
                 self.on_stop(self)
 

@@ -1,5 +1,13 @@
 """What a scenario must leave behind: nothing.  Snapshots of processes, shared memory,
-file descriptors and threads, taken before the executor starts and after it shut down."""
+file descriptors and threads, taken before the executor starts and after it shut down.
+
+    snapshot() ─► scenario ─► leaks(before, ...) ─► one sentence per thing left behind
+
+Invariant: what multiprocessing keeps for its session-long helpers (the resource tracker,
+the forkserver) is not the scenario's leak, even when the scenario's first spawn started
+them: their processes (by command line) and their fds (the ones multiprocessing holds
+for them at the time of the check) are left out.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +39,15 @@ def _fds() -> dict[int, str]:
         except OSError:
             continue
     return out
+
+
+def _session_helper_fds() -> set[int]:
+    """The fds multiprocessing keeps open, for the whole session, to reach its helpers."""
+    from multiprocessing import forkserver, resource_tracker
+
+    held = (getattr(resource_tracker._resource_tracker, "_fd", None),
+            getattr(forkserver._forkserver, "_forkserver_alive_fd", None))
+    return {fd for fd in held if isinstance(fd, int)}
 
 
 def _children() -> set[int]:
@@ -85,10 +102,11 @@ def leaks(before: Snapshot, worker_pids: Iterable[int], owner_pid: int, ignore_p
     problems += [f"thread {t.name!r} is still running after shutdown" for t in threads]
     shm = sorted(n for n in after.shm - before.shm if n.startswith(f"faultlab_{owner_pid}_"))
     problems += [f"/dev/shm/{n} was not unlinked" for n in shm]
-    ignore = tuple(ignore_paths)
+    ignore, helpers = tuple(ignore_paths), _session_helper_fds()
     problems += [f"file descriptor {fd} ({target}) was left open"
                  for fd, target in sorted(after.fds.items())
-                 if before.fds.get(fd) != target and not target.startswith(ignore)]
+                 if before.fds.get(fd) != target and not target.startswith(ignore)
+                 and fd not in helpers]
     new_children = sorted(_children() - before.children)
     problems += [f"child process {pid} ({process_state(pid)}) was left behind"
                  for pid in new_children]

@@ -202,29 +202,32 @@ class JournalTail:
         if self.done:
             return
         final = final or not _alive(self.journal.header.pid)
+        bits = self.journal.header.segment_bits  # the writer's, whatever this process uses
         while True:
-            seg = self.next_slot >> j.SEGMENT_BITS
+            seg = self.next_slot >> bits
             path = j.segment_path(self.journal.segments[0].parent, self.journal.header, seg)
             if not path.exists():
                 break
             if not self._read_segment(path, seg, final):
                 break
-            self.next_slot = (seg + 1) << j.SEGMENT_BITS
+            self.next_slot = (seg + 1) << bits
         self.done = final
 
     def _read_segment(self, path: Path, seg: int, final: bool) -> bool:
         """Decode from ``next_slot`` within one segment; True when the segment is done."""
-        first = self.next_slot & j.SLOT_MASK
+        bits = self.journal.header.segment_bits
+        slots = 1 << bits
+        first = self.next_slot & (slots - 1)
         with open(path, "rb") as f:
-            while first < j.SLOTS_PER_SEGMENT:
-                room = j.SLOTS_PER_SEGMENT - first
+            while first < slots:
+                room = slots - first
                 want = room if final else min(room, _READ_CHUNK_SLOTS)
                 data = os.pread(f.fileno(), want * j.RECORD_SIZE, j.HEADER_SIZE + first * 64)
                 got = len(data) // j.RECORD_SIZE  # a closed journal is trimmed: may be short
                 kinds = np.frombuffer(data, np.uint8, count=got * j.RECORD_SIZE)[:: j.RECORD_SIZE]
                 taken = self._decode_chunk(data, kinds, final)
                 first += taken
-                self.next_slot = (seg << j.SEGMENT_BITS) + first
+                self.next_slot = (seg << bits) + first
                 if got < want:
                     return final  # the file ends here
                 if taken < got:

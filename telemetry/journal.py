@@ -8,9 +8,11 @@ Data flow::
     mm[offset] = kind  (commit mark)
 
 File layout: a ``HEADER_SIZE`` header (magic, version, pid, rank, role, service, created
-time, an incarnation id) followed by ``SLOTS_PER_SEGMENT`` slots of ``RECORD_SIZE`` bytes.
-When a segment fills, the writer opens the next segment file of the same incarnation.
-Files are created sparse (``ftruncate``), so unused slots read as zeros and cost no disk.
+time, an incarnation id, the segment size) followed by ``1 << segment_bits`` slots of
+``RECORD_SIZE`` bytes.  When a segment fills, the writer opens the next segment file of the
+same incarnation and lets go of the one before the full one.  Segments are 4 MiB of records unless
+``FAULTLAB_JOURNAL_SEGMENT_BYTES`` (read once, at import) names another power of two; the
+header records the size, so readers never depend on the writer's environment.
 
 Invariants:
 
@@ -23,25 +25,67 @@ Invariants:
 - A string is written (as one or more STRING records) before any record that names its id.
 - Writes are plain memory stores: no syscall, no flush.  The kernel keeps the pages of a
   killed process, which is the whole crash-safety story.
+- Every segment's blocks are allocated (``posix_fallocate``) before it is mapped, so a
+  store never faults for lack of space (a sparse file on a full filesystem means SIGBUS).
+  When a segment cannot be created, the writer stops for good: one warning per process
+  names the path and the bytes needed and free, every later write is a no-op, and the
+  owner's ``on_stop`` callback drops the writer.
+- Whatever the run's length, the writer holds at most two mappings (the newest segment
+  and the one filled before it) and one fd per mapping (the mapping's own duplicate; the
+  file's fd is closed as soon as it is mapped).  When segment N opens, segment N-2 is
+  released: its ``maps`` entry becomes ``_RELEASED`` (a closed mapping, so a store into it
+  raises ValueError, which every writer catches) and it is unmapped once no thread holds a
+  reference.  ``maps`` is replaced, never changed in place, so a thread that fetched it
+  keeps live mappings; a record is lost (it reads as torn) only if its thread stopped
+  between reserving the slot and fetching ``maps`` while other threads filled a whole
+  segment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import logging
 import mmap
 import os
 import re
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"FLJRNL01"
 VERSION = 1
 HEADER_SIZE = 256
 RECORD_SIZE = 64
-SEGMENT_BITS = 16
-SLOTS_PER_SEGMENT = 1 << SEGMENT_BITS  # 4 MiB of records per segment file
+SEGMENT_ENV = "FAULTLAB_JOURNAL_SEGMENT_BYTES"
+LEGACY_SEGMENT_BITS = 16  # 4 MiB of records: journals whose header names no size
+_MIN_SEGMENT_BITS, _MAX_SEGMENT_BITS = 6, 24  # 4 KiB .. 1 GiB of records
+
+
+def _segment_bits(raw: str | None) -> int:
+    """Slot bits for ``FAULTLAB_JOURNAL_SEGMENT_BYTES``; a warning and the default if bad."""
+    if raw is None or raw.strip() == "":
+        return LEGACY_SEGMENT_BITS
+    try:
+        slots, rest = divmod(int(raw), RECORD_SIZE)
+    except ValueError:
+        slots, rest = 0, 1
+    bits = slots.bit_length() - 1
+    if rest or slots < 1 or slots != 1 << bits or not _MIN_SEGMENT_BITS <= bits <= _MAX_SEGMENT_BITS:
+        log.warning("%s=%r is not a power of two between %d and %d bytes; using %d",
+                    SEGMENT_ENV, raw, RECORD_SIZE << _MIN_SEGMENT_BITS,
+                    RECORD_SIZE << _MAX_SEGMENT_BITS, RECORD_SIZE << LEGACY_SEGMENT_BITS)
+        return LEGACY_SEGMENT_BITS
+    return bits
+
+
+# This process's segment size; the hot paths copy these into globals at import.
+SEGMENT_BITS = _segment_bits(os.environ.get(SEGMENT_ENV))
+SLOTS_PER_SEGMENT = 1 << SEGMENT_BITS
 SLOT_MASK = SLOTS_PER_SEGMENT - 1
 NO_RANK = -1
 
@@ -78,8 +122,9 @@ STRING_CHUNK = 52
 THREAD_S = struct.Struct(_HEAD + "Q")  # id = thread name string id; native thread id
 MAX_STRING = 8192  # longer strings are cut, so one string never floods the journal
 
-# magic, version, pid, rank, created, incarnation, role, service, export owner's pid
-HEADER_S = struct.Struct("<8sIiiQQ32s64si")
+# magic, version, pid, rank, created, incarnation, role, service, export owner's pid,
+# segment bits (0 in journals written before the size was configurable: LEGACY_SEGMENT_BITS)
+HEADER_S = struct.Struct("<8sIiiQQ32s64siB")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,23 +138,34 @@ class JournalHeader:
     created_ns: int
     incarnation: int
     owner_pid: int = 0  # the driver whose live export ships this journal (0: none)
+    segment_bits: int = SEGMENT_BITS  # each segment holds 1 << segment_bits slots
+
+    @property
+    def segment_bytes(self) -> int:
+        """Size of one segment file: the header and every slot."""
+        return HEADER_SIZE + (RECORD_SIZE << self.segment_bits)
 
     def pack(self) -> bytes:
         rank = NO_RANK if self.rank is None else self.rank
         return HEADER_S.pack(
             MAGIC, VERSION, self.pid, rank, self.created_ns, self.incarnation,
             self.role.encode()[:32], self.service.encode()[:64], self.owner_pid,
+            self.segment_bits,
         )
 
     @classmethod
     def unpack(cls, raw: bytes) -> JournalHeader:
-        magic, version, pid, rank, created, inc, role, service, owner = HEADER_S.unpack_from(raw)
+        (magic, version, pid, rank, created, inc, role, service, owner,
+         bits) = HEADER_S.unpack_from(raw)
         if magic != MAGIC or version != VERSION:
             raise ValueError(f"not a faultlab journal (magic {magic!r}, version {version})")
+        bits = bits or LEGACY_SEGMENT_BITS
+        if not _MIN_SEGMENT_BITS <= bits <= _MAX_SEGMENT_BITS:
+            raise ValueError(f"not a faultlab journal (segment bits {bits})")
         return cls(
             pid=pid, rank=None if rank == NO_RANK else rank,
             role=role.rstrip(b"\0").decode(), service=service.rstrip(b"\0").decode(),
-            created_ns=created, incarnation=inc, owner_pid=owner,
+            created_ns=created, incarnation=inc, owner_pid=owner, segment_bits=bits,
         )
 
 
@@ -123,17 +179,33 @@ def segment_path(run_dir: Path, header: JournalHeader, segment: int) -> Path:
 _SEGMENT_RE = re.compile(r"^(journal-.+-[0-9a-f]{16})(?:\.s(\d+))?\.bin$")
 
 
-class JournalWriter:
-    """Appends records for one process incarnation; cheap enough for the hot path."""
+class JournalStopped(OSError):
+    """The journal could not create its next segment and has stopped (already warned)."""
 
-    def __init__(self, run_dir: Path, header: JournalHeader) -> None:
+
+class JournalWriter:
+    """Appends records for one process incarnation; cheap enough for the hot path.
+
+    ``on_stop(writer)`` is called once, from the writing thread, when a segment cannot be
+    created after the first: the owner drops the writer so later spans cost nothing.
+    """
+
+    def __init__(self, run_dir: Path, header: JournalHeader,
+                 on_stop: Callable[[JournalWriter], None] | None = None) -> None:
+        if header.segment_bits != SEGMENT_BITS:
+            raise ValueError(f"this process writes {SEGMENT_BITS}-bit segments, "
+                             f"not {header.segment_bits}")
         self.run_dir = run_dir
         self.header = header
+        self.on_stop = on_stop
         self.slots = itertools.count()  # next() is the atomic slot reservation
-        self.maps: list[mmap.mmap] = []  # index = segment; only open_segment appends
-        self._files: list[int] = []
-        self._lock = threading.Lock()  # guards segment opening only
+        # Index = segment.  Replaced on each new segment, never changed in place, so a
+        # thread's copy stays valid; live mappings: the newest two (see _RELEASED).
+        self.maps: list[mmap.mmap] = []
+        self._path: Path | None = None  # the newest segment, trimmed by close()
+        self._lock = threading.Lock()  # guards segment opening and closing
         self.closed = False
+        self.stopped = False  # a segment could not be created: nothing more is written
         self.open_segment(0)
 
     def reserve(self) -> tuple[mmap.mmap, int]:
@@ -148,45 +220,129 @@ class JournalWriter:
         return mm, HEADER_SIZE + (idx & SLOT_MASK) * RECORD_SIZE
 
     def open_segment(self, seg: int) -> mmap.mmap:
+        """The mapping of segment ``seg``, creating segments up to it; raises OSError
+        (``JournalStopped``) once a segment could not be created, ValueError once closed."""
         with self._lock:
-            while len(self.maps) <= seg:
-                path = segment_path(self.run_dir, self.header, len(self.maps))
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-                size = HEADER_SIZE + SLOTS_PER_SEGMENT * RECORD_SIZE
-                os.ftruncate(fd, size)
-                mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-                mm[:HEADER_S.size] = self.header.pack()
-                self._files.append(fd)
-                self.maps.append(mm)
-            return self.maps[seg]
+            try:
+                while len(self.maps) <= seg and not (self.closed or self.stopped):
+                    self._next_segment()
+            except OSError as exc:
+                # Keep only the text: a frame holding the exception is a reference cycle,
+                # and the cycle would keep this writer's mappings until the next gc.
+                failed = str(exc.strerror or exc)
+            else:
+                if self.closed or self.stopped:
+                    raise ValueError("journal closed")
+                return self.maps[seg]
+        self._stop(failed)
+        raise JournalStopped(failed)
+
+    def _next_segment(self) -> None:
+        """Create, allocate and map the next segment; release the one before the full one."""
+        path = segment_path(self.run_dir, self.header, len(self.maps))
+        size = self.header.segment_bytes
+        try:
+            mm = _create_segment(path, size)
+        except OSError as exc:
+            raise OSError(exc.errno, _no_space_message(path, size, exc)) from exc
+        mm[:HEADER_S.size] = self.header.pack()
+        maps = self.maps[:]
+        if len(maps) >= 2:
+            maps[-2] = _RELEASED  # unmapped as soon as no thread holds it any more
+        maps.append(mm)
+        self.maps, self._path = maps, path
+
+    def _stop(self, message: str) -> None:
+        """After a failed segment: warn once, tell the owner (which drops this writer, and
+        with it the mappings, once the threads still writing into them are done)."""
+        with self._lock:
+            first, self.stopped = not self.stopped, True
+        if first:
+            warn_stopped(message)
+            if self.on_stop is not None:
+                self.on_stop(self)
 
     def used_slots(self) -> int:
         """Slots reserved so far (a snapshot; other threads may reserve more)."""
         return _peek_count(self.slots)
 
     def close(self, trim: bool = True) -> None:
-        """Unmap and close; with ``trim`` shrink the last segment to the slots in use."""
+        """Unmap; with ``trim`` shrink the newest segment to the slots in use."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            used = self.used_slots()
-            for seg, (mm, fd) in enumerate(zip(self.maps, self._files, strict=True)):
-                mm.close()
-                if trim and seg == len(self.maps) - 1:
-                    last = used - seg * SLOTS_PER_SEGMENT
-                    os.ftruncate(fd, HEADER_SIZE + max(0, last) * RECORD_SIZE)
-                os.close(fd)
-            self.maps, self._files = [], []
+            used = self.used_slots() - ((len(self.maps) - 1) << SEGMENT_BITS)
+            self._unmap()
+            if trim and self._path is not None and not self.stopped:
+                kept = min(max(0, used), SLOTS_PER_SEGMENT)
+                with contextlib.suppress(OSError):  # e.g. its directory was removed
+                    os.truncate(self._path, HEADER_SIZE + kept * RECORD_SIZE)
 
     def abandon(self) -> None:
         """Drop the mappings without touching the files (after fork: they are the parent's)."""
         self.closed = True
-        for mm in self.maps:
-            mm.close()
-        for fd in self._files:
-            os.close(fd)
-        self.maps, self._files = [], []
+        self._unmap()
+
+    def _unmap(self) -> None:
+        for mm in self.maps[-2:]:
+            mm.close()  # _RELEASED is closed already: close() again is a no-op
+        self.maps = []
+
+
+def _closed_map() -> mmap.mmap:
+    mm = mmap.mmap(-1, mmap.PAGESIZE)
+    mm.close()
+    return mm
+
+
+_RELEASED = _closed_map()  # stands for a released segment: any store raises ValueError
+
+
+def _create_segment(path: Path, size: int) -> mmap.mmap:
+    """A new file of ``size`` allocated bytes, mapped shared; nothing left behind on error.
+
+    The file's own fd is closed at once: the mapping holds a duplicate of it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _allocate(fd, size)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file ``size`` bytes of real blocks, so stores into its mapping never fault."""
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, size)
+    else:  # pragma: no cover - not Linux: sparse, as before
+        os.ftruncate(fd, size)
+
+
+def _no_space_message(path: Path, size: int, exc: OSError) -> str:
+    try:
+        st = os.statvfs(path.parent)
+        free = f"{st.f_bavail * st.f_frsize} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return (f"cannot allocate journal segment {path}: {size} bytes needed, {free} "
+            f"({exc.strerror or exc})")
+
+
+_warned_pid = 0
+
+
+def warn_stopped(message: str) -> None:
+    """The one warning per process that tracing stopped because a journal could not grow."""
+    global _warned_pid
+    if _warned_pid != os.getpid():
+        _warned_pid = os.getpid()
+        log.warning("tracing stopped: %s; the program carries on without recording spans",
+                    message)
 
 
 def _peek_count(counter: itertools.count[int]) -> int:

@@ -24,6 +24,9 @@ Invariants:
   made in this process has shut down (a ``weakref.finalize`` hook, not an atexit one).
 - When tracing is off, ``enabled`` is False and ``start_span`` returns a span that records
   nothing; the executor checks ``enabled`` first, so off costs one attribute read.
+- A journal that cannot grow (no space, no fd, any OSError) never raises into the caller
+  and never faults: it warns once and calls ``_journal_stopped``, which drops the writer,
+  so every later span is a no-op whose not-sampled context still travels.
 """
 
 from __future__ import annotations
@@ -308,7 +311,10 @@ class Recorder:
         )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = j.JournalWriter(run_dir, header)
+            self._writer = j.JournalWriter(run_dir, header, on_stop=self._journal_stopped)
+        except j.JournalStopped:  # no room for even one segment; the journal warned
+            self.enabled = False
+            return
         except OSError as exc:
             import logging
 
@@ -316,6 +322,14 @@ class Recorder:
             self.enabled = False
             return
         self.run_dir = run_dir
+
+    def _journal_stopped(self, writer: j.JournalWriter) -> None:
+        """The journal could not grow: from now on every span is a no-op.
+
+        ``enabled`` stays True, so the spans' contexts still travel, not sampled, and the
+        workers record nothing for them either."""
+        if self._writer is writer:
+            self._writer = None
 
     def _journal_dir(self) -> Path:
         if self.settings.trace_dir:

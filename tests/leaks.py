@@ -3,8 +3,10 @@
     snapshot ─► test ─► wait (bounded) for children to go ─► kill and report what is left
 
 Session-long helpers that multiprocessing starts itself (the forkserver, the resource
-tracker) are not a test's leak.  Segments named after another live process belong to
-another test run on this machine and are not judged.
+tracker) are not a test's leak.  Only names the project creates are judged, and only
+those of this process (``faultlab_<this pid>_...``, see ``executor/shm.py``): anything
+else in ``/dev/shm`` (``psm_*``, another program's, another test run's ``faultlab_<pid>_``)
+is not this test's, however it came and went.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import time
 
 import psutil
 
-SHM_DIR = "/dev/shm"
+from executor.shm import PREFIX, SHM_DIR
+
 SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
-_OWNER_RE = re.compile(r"^faultlab_(\d+)_")
+_OWNER_RE = re.compile(rf"^{PREFIX}(\d+)_")
 
 
 def children() -> list[psutil.Process]:
@@ -36,12 +39,13 @@ def children() -> list[psutil.Process]:
 
 
 def shm_names() -> set[str]:
-    return set(os.listdir(SHM_DIR))
+    """The project's names in /dev/shm now (anyone's pid: the check filters by owner)."""
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}
 
 
 def _ours(name: str) -> bool:
     match = _OWNER_RE.match(name)
-    return match is None or int(match.group(1)) == os.getpid()
+    return match is not None and int(match.group(1)) == os.getpid()
 
 
 def executor_threads() -> list[threading.Thread]:

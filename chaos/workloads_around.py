@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from chaos import surroundings
-from executor import ExecutorError, MultiprocExecutor
+from executor import ExecutorError
 
 OK = frozenset({"ok"})
 ANY_ERROR = frozenset({"*"})
@@ -190,7 +190,7 @@ def fd_limit(ex: Any) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(low, soft), hard))
     try:
         ex.attempt("start an executor with few descriptors left",
-                   lambda: _start_and_stop(ex.config), check="exhaustion",
+                   lambda: _start_and_stop(type(ex.executor), ex.config), check="exhaustion",
                    expect_errors=frozenset({"ok", "*"}))
         _quiet(ex.collective_rpc, "echo", args=("low-fd-limit",), timeout=5.0,
                expect_errors=OK, check="exhaustion")
@@ -200,8 +200,8 @@ def fd_limit(ex: Any) -> None:
            expect_errors=OK, check="exhaustion")
 
 
-def _start_and_stop(cfg: Any) -> str:
-    with MultiprocExecutor(cfg) as other:
+def _start_and_stop(cls: Any, cfg: Any) -> str:
+    with cls(cfg) as other:
         other.collective_rpc("echo", args=("nested",), timeout=5.0)
     return "started"
 

@@ -209,20 +209,21 @@ class ChildKillsWorkers(MultiprocExecutor):
         super().shutdown()
 
 
-class QueueFullAfter20(MultiprocExecutor):
-    """Gives up with QueueFullError when 20 non_block calls are outstanding."""
+class QueueFullAfter10(MultiprocExecutor):
+    """Gives up with QueueFullError when 10 non_block calls are outstanding."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self._outstanding: list[Future[Any]] = []
 
-    def collective_rpc(self, method: Any, *a: Any, non_block: bool = False, **kw: Any) -> Any:
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: Any = (),
+                       kwargs: Any = None, non_block: bool = False, *rest: Any, **kw: Any) -> Any:
         from executor import QueueFullError
 
         self._outstanding = [f for f in self._outstanding if not f.done()]
-        if non_block and len(self._outstanding) >= 20:
-            raise QueueFullError("broken: 20 calls outstanding, the driver gives up")
-        out = super().collective_rpc(method, *a, non_block=non_block, **kw)
+        if non_block and len(self._outstanding) >= 10:
+            raise QueueFullError("broken: 10 calls outstanding, the driver gives up")
+        out = super().collective_rpc(method, timeout, args, kwargs, non_block, *rest, **kw)
         if non_block:
             self._outstanding.append(out)
         return out

@@ -98,7 +98,7 @@ ROWS = [
     ("interrupt", broken.InterruptAsUnpicklingError, "standard", [InterruptDriver(on_call=HIT)]),
     ("fork", broken.ChildKillsWorkers, "steady", [ForkInDriver(on_call=HIT)]),
     ("detection", broken.SwallowsDeath, "standard", [ForkInWorker(rank=1, on_call=HIT)]),
-    ("backpressure", broken.QueueFullAfter20, "burst", []),
+    ("backpressure", broken.QueueFullAfter10, "burst", []),
     ("hostile", broken.HostileKillsWorker, "hostile_values", []),
     ("leak", broken.LeaksOnFailedStart, "fd_limit", []),
 ]

@@ -11,6 +11,7 @@ steps well within the per-test timeout.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from typing import Any
@@ -77,9 +78,11 @@ SurroundingsOnSkipsChecksum = _machine(SkipsChecksum)
 SurroundingsOnNoSigkill = _machine(NoSigkill)
 
 
-@pytest.mark.parametrize("machine", [SurroundingsOnSkipsChecksum, SurroundingsOnNoSigkill],
-                         ids=["SkipsChecksum", "NoSigkill"])
-def test_surroundings_rules_find_the_bug(machine: type[SurroundingsMachine]) -> None:
+@pytest.mark.parametrize(("machine", "symptom"), [
+    (SurroundingsOnSkipsChecksum, "not a checksum error"),
+    (SurroundingsOnNoSigkill, "are alive|shutdown\(\) had not returned"),
+], ids=["SkipsChecksum", "NoSigkill"])
+def test_surroundings_rules_find_the_bug(machine: type[SurroundingsMachine], symptom: str) -> None:
     t0 = time.monotonic()
     with pytest.raises((AssertionError, Flaky)) as info:
         run_state_machine_as_test(machine, settings=HUNT)
@@ -87,3 +90,22 @@ def test_surroundings_rules_find_the_bug(machine: type[SurroundingsMachine]) -> 
     print(f"\n--- {machine.__name__}: found and shrunk in {time.monotonic() - t0:.1f} s ---")
     print(notes)
     assert f"state = {machine.__name__}()" in notes, "no shrunk step list was printed"
+    assert re.search(symptom, str(info.value)), f"found another bug first: {info.value}"
+
+
+@pytest.mark.parametrize(("machine", "escalates"), [(ForkSurroundings, True),
+                                                   (SurroundingsOnNoSigkill, False)],
+                         ids=["real", "NoSigkill"])
+def test_a_stubborn_worker_needs_sigkill(machine: type[SurroundingsMachine], escalates: bool) -> None:
+    """The steps the hunt shrinks to, written out: a stubborn worker, then shutdown()."""
+    state = machine()
+    try:
+        state.stubborn_worker(rank=0)
+        time.sleep(0.2)  # the worker is inside the method, SIGTERM ignored
+        if escalates:
+            state.shutdown()
+        else:
+            with pytest.raises(AssertionError, match="are alive|a hang"):
+                state.shutdown()
+    finally:
+        state.teardown()

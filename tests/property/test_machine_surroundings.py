@@ -80,7 +80,7 @@ SurroundingsOnNoSigkill = _machine(NoSigkill)
 
 @pytest.mark.parametrize(("machine", "symptom"), [
     (SurroundingsOnSkipsChecksum, "not a checksum error"),
-    (SurroundingsOnNoSigkill, "are alive|shutdown\(\) had not returned"),
+    (SurroundingsOnNoSigkill, r"are alive|shutdown\(\) had not returned"),
 ], ids=["SkipsChecksum", "NoSigkill"])
 def test_surroundings_rules_find_the_bug(machine: type[SurroundingsMachine], symptom: str) -> None:
     t0 = time.monotonic()
@@ -105,7 +105,7 @@ def test_a_stubborn_worker_needs_sigkill(machine: type[SurroundingsMachine], esc
         if escalates:
             state.shutdown()
         else:
-            with pytest.raises(AssertionError, match="are alive|a hang"):
+            with pytest.raises(AssertionError, match=r"are alive|a hang"):
                 state.shutdown()
     finally:
         state.teardown()

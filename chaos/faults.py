@@ -224,10 +224,70 @@ class StarveMemory(Fault):
     megabytes: int = 256
 
 
+INTERRUPT_PHASES = ("mid_request", "mid_reply", "before_unpickle_reply")
+FORK_MODES = ("exit", "linger", "call")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InterruptDriver(Fault):
+    """SIGINT to the driver alone (what Ctrl-C or Jupyter's interrupt button sends).
+
+    Phase "signal": from a chaos thread at ``at`` (or just after the triggering call is
+    enqueued); "mid_request": inside the driver, mid-stream of a multi-chunk request;
+    "mid_reply": sent by rank ``rank`` mid-stream of its multi-chunk reply;
+    "before_unpickle_reply": in the driver, a reply in hand, before it is unpickled.
+    The caller must see KeyboardInterrupt and the executor must stay usable and in step.
+    Needs ``run_scenario`` on the main thread (only it receives SIGINT).
+    """
+
+    kind: ClassVar[str] = "interrupt_driver"
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *INTERRUPT_PHASES)
+
+    @property
+    def external(self) -> bool:
+        return self.phase == SIGNAL
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForkInDriver(Fault):
+    """A plain ``os.fork()`` child of the driver: it exits at once (``mode="exit"``), lingers
+    ``duration`` s first (``"linger"``), or calls the inherited executor (``"call"``), and
+    then exits the way the interpreter does (atexit handlers, where finalizers run).
+    The parent's executor must not notice; the child's call must raise a clear error."""
+
+    kind: ClassVar[str] = "fork_in_driver"
+    mode: str = "exit"
+    duration: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode not in FORK_MODES:
+            raise PlanError(f"{self.kind}: mode must be one of {FORK_MODES}, got {self.mode!r}")
+        if not isinstance(self.duration, (int, float)) or not 0 <= self.duration <= 30:
+            raise PlanError(f"{self.kind}: duration must be 0..30 s, got {self.duration!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForkInWorker(Fault):
+    """Inside a worker, at a phase: fork a grandchild that lingers ``duration`` s (holding
+    every inherited descriptor), then SIGKILL the worker.  The death must be detected
+    within the detection bound, not when the grandchild exits."""
+
+    kind: ClassVar[str] = "fork_in_worker"
+    phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
+    phase: str = "before_execute"
+    duration: float = 10.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.duration, (int, float)) or not 0 <= self.duration <= 60:
+            raise PlanError(f"{self.kind}: duration must be 0..60 s, got {self.duration!r}")
+
+
 KINDS: dict[str, type[Fault]] = {
     cls.kind: cls for cls in (KillWorker, TermWorker, HangWorker, ResumeWorker, SlowWorker,
                               RaiseInWorker, CorruptQueue, KillDriver, KillNode, StarveCPU,
-                              StarveMemory)
+                              StarveMemory, InterruptDriver, ForkInDriver, ForkInWorker)
 }
 
 

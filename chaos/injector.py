@@ -23,8 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chaos import surroundings
 from chaos.control import ControlDir
-from chaos.faults import KillNode, StarveCPU, StarveMemory
+from chaos.faults import ForkInDriver, KillNode, StarveCPU, StarveMemory
 from chaos.plan import ResolvedFault
 
 _SIGNALS = {"kill_worker": signal.SIGKILL, "term_worker": signal.SIGTERM,
@@ -46,6 +47,8 @@ class Injector:
         self.t0 = 0.0  # monotonic time the workload started
         self.helpers: list[subprocess.Popen[bytes]] = []
         self.stopped: set[int] = set()  # pids we SIGSTOPped and did not resume
+        self.executor: Any = None  # what a fork_in_driver child calls (mode "call")
+        self.forked: list[tuple[int, int, float]] = []  # driver children: (index, pid, may live s)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -127,7 +130,7 @@ class Injector:
     def _target(self, r: ResolvedFault) -> int | None:
         if r.fault.kind in _SIGNALS:
             return self.pids[r.fault.rank] if r.fault.rank < len(self.pids) else None
-        return os.getpid() if r.fault.kind == "kill_driver" else None
+        return os.getpid() if r.fault.kind in ("kill_driver", "interrupt_driver") else None
 
     def _act(self, r: ResolvedFault, pid: int | None) -> None:
         f = r.fault
@@ -135,6 +138,11 @@ class Injector:
             self._signal(pid, _SIGNALS[f.kind], getattr(f, "duration", None))
         elif f.kind == "kill_driver" and self.kill_driver is not None:
             self.kill_driver()
+        elif f.kind == "interrupt_driver":
+            os.kill(os.getpid(), signal.SIGINT)  # the main thread raises KeyboardInterrupt
+        elif isinstance(f, ForkInDriver):
+            pid = surroundings.fork_child(f, r.index, self.ctl.path, self.executor)
+            self.forked.append((r.index, pid, f.duration + surroundings.CHILD_WATCHDOG_S + 2.0))
         elif isinstance(f, StarveCPU):
             self._helpers([_BUSY.format(d=f.duration)] * f.processes, f.duration)
         elif isinstance(f, StarveMemory):
@@ -173,6 +181,8 @@ class Injector:
         for pid in list(self.stopped):
             self._resume(pid)
         _end(self.helpers)
+        for index, pid, within_s in self.forked:
+            (self.ctl.path / f"fork-{index}.exit").write_text(surroundings.reap(pid, within_s))
 
 
 def _end(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -9,7 +9,9 @@
         ├─ nothing_leaked       no process, segment, descriptor or thread left
         ├─ shutdown_bounded     shutdown() returned within its bound
         ├─ never_hung           the workload finished
-        └─ outcome_matches      what happened is what the outcome table says
+        ├─ outcome_matches      what happened is what the outcome table says
+        └─ chaos.oracles_around what surrounds the executor: declared call outcomes,
+                                Ctrl-C, forks, back-pressure, a callback on every failure
 
 A timed-out or killed call "may or may not have happened": it is never wrong to raise a
 documented error, only to return a wrong value, an undocumented error, or too late.
@@ -30,6 +32,8 @@ DOCUMENTED_ERRORS = frozenset({
     "QueueFullError", "ReplyUnpicklingError", "RequestPicklingError",
 })
 _RECOVERABLE = ("WorkerError", "CorruptMessageError")
+# Raised by collective_rpc itself before the call joined the queue: it has no place in line.
+_NEVER_QUEUED = ("QueueFullError", "RequestPicklingError")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +69,10 @@ class RunRecord:
     hung: bool = False
     expected: Outcome | None = None
     bounds: Bounds = dataclasses.field(default_factory=Bounds)
+    failed_before_shutdown: str | None = None  # the executor's failure, seen before shutdown()
+    late_callback_ran: bool | None = None  # registered once failed: it must run at once
+    fork_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    workers_gone: list[str] = dataclasses.field(default_factory=list)  # before shutdown()
 
     def fatal_faults(self) -> list[dict[str, Any]]:
         return [f for f in self.faults if f.get("fatal")]
@@ -75,8 +83,11 @@ Oracle = Callable[[RunRecord], list[Violation]]
 
 def results_correct(run: RunRecord) -> list[Violation]:
     out = []
+    interrupted = any(f["kind"] == "interrupt_driver" for f in run.faults)
     for c in run.calls:
         where = f"call {c.index} {c.method}{_args(c)}"
+        if c.expect_errors is not None or (interrupted and c.error_type == "KeyboardInterrupt"):
+            continue  # judged by oracles_around.declared_outcomes / interrupts_contained
         if c.outcome == "pending" and c.non_block:
             out.append(Violation("results", f"{where}: its future never resolved"))
         elif c.outcome == "error" and c.error_type not in DOCUMENTED_ERRORS:
@@ -148,7 +159,9 @@ def callback_once(run: RunRecord) -> list[Violation]:
 
 def futures_in_order(run: RunRecord) -> list[Violation]:
     """Calls resolve in submission order; a call that timed out may leave earlier ones behind."""
-    seen = [c for c in run.calls if c.resolved_seq is not None and c.error_type != "TimeoutError"]
+    seen = [c for c in run.calls if c.resolved_seq is not None and c.error_type != "TimeoutError"
+            and c.check != "callbacks"  # a call made inside a done-callback nests in another
+            and c.error_type not in _NEVER_QUEUED]
     out = []
     for earlier, later in itertools.pairwise(seen):
         if later.resolved_seq < earlier.resolved_seq:  # type: ignore[operator]
@@ -181,7 +194,8 @@ def outcome_matches(run: RunRecord) -> list[Violation]:
         return []
     seen = observed_outcome(run)
     ok = seen == run.expected or (run.expected == Outcome.DEADLINE and seen == Outcome.RECOVER
-                                  and not _hit_had_deadline(run))
+                                  and not _hit_had_deadline(run)) \
+        or (run.expected == Outcome.INTERRUPT and seen == Outcome.RECOVER)  # between calls
     if ok:
         return []
     return [Violation("outcome", f"expected {run.expected.value}, observed {seen.value} "
@@ -194,6 +208,8 @@ def observed_outcome(run: RunRecord) -> Outcome:
         or "ExecutorFailedError" in errors
     if failed:
         return Outcome.FAIL_FAST
+    if "KeyboardInterrupt" in errors:
+        return Outcome.INTERRUPT
     if "TimeoutError" in errors:
         return Outcome.DEADLINE
     if errors & set(_RECOVERABLE) and run.calls and run.calls[-1].outcome == "ok":
@@ -205,9 +221,11 @@ def _hit_had_deadline(run: RunRecord) -> bool:
     return any(c.timeout is not None for c in run.calls)
 
 
+from chaos import oracles_around  # noqa: E402 - it builds on RunRecord and Violation
+
 ALL_ORACLES: tuple[Oracle, ...] = (
     results_correct, deadlines_met, failure_detected, callback_once, futures_in_order,
-    nothing_leaked, shutdown_bounded, never_hung, outcome_matches,
+    nothing_leaked, shutdown_bounded, never_hung, outcome_matches, *oracles_around.ORACLES,
 )
 
 

@@ -9,6 +9,8 @@ which ``tests/chaos_tests/test_outcome_table.py`` runs on fork, forkserver and s
     DEADLINE       the hit call raises TimeoutError at its deadline; the executor stays up
     ERROR_RECOVER  the hit call raises a documented error (WorkerError / CorruptMessageError);
                    the executor stays up and later calls succeed
+    INTERRUPT      the hit call raises KeyboardInterrupt (Ctrl-C); the executor stays up and
+                   in step, later calls succeed
     RECOVER        every call succeeds (maybe slower)
     EXIT_CLEAN     the driver died: every worker exits, nothing is left in /dev/shm
 
@@ -22,7 +24,10 @@ import enum
 from chaos.faults import (
     CorruptQueue,
     Fault,
+    ForkInDriver,
+    ForkInWorker,
     HangWorker,
+    InterruptDriver,
     KillDriver,
     KillNode,
     KillWorker,
@@ -39,6 +44,7 @@ class Outcome(enum.StrEnum):
     FAIL_FAST = "fail_fast"
     DEADLINE = "deadline"
     ERROR_RECOVER = "error_recover"
+    INTERRUPT = "interrupt"
     RECOVER = "recover"
     EXIT_CLEAN = "exit_clean"
 
@@ -52,14 +58,21 @@ _BY_KIND = {
     "hang_worker": Outcome.DEADLINE, "resume_worker": Outcome.RECOVER,
     "slow_worker": Outcome.RECOVER, "kill_driver": Outcome.EXIT_CLEAN,
     "starve_cpu": Outcome.RECOVER, "starve_memory": Outcome.RECOVER,
-    "kill_node": Outcome.FAIL_FAST,
+    "kill_node": Outcome.FAIL_FAST, "interrupt_driver": Outcome.INTERRUPT,
+    "fork_in_driver": Outcome.RECOVER, "fork_in_worker": Outcome.FAIL_FAST,
 }
 # A KillNode row needs a second node; liveness fast enough that a cut link is seen in ~1 s.
 TWO_NODES = {"nnodes": 2, "heartbeat_interval": 0.1, "node_timeout": 1.0}
 
 
+# Chunks so small that every request and reply streams in several: "mid-stream" exists.
+TINY_CHUNKS = {"chunk_bytes": 64}
+
+
 def config_for(fault: Fault) -> dict[str, object]:
     """ExecutorConfig fields a table row needs beyond the defaults."""
+    if isinstance(fault, InterruptDriver) and fault.phase in ("mid_request", "mid_reply"):
+        return dict(TINY_CHUNKS)
     return dict(TWO_NODES) if isinstance(fault, KillNode) else {}
 
 
@@ -115,4 +128,12 @@ TABLE: list[tuple[str, Fault, Outcome]] = [
     ("kill the driver mid-call", KillDriver(on_call=HIT), Outcome.EXIT_CLEAN),
     ("kill node 1 mid-call", KillNode(node=1, on_call=HIT), Outcome.FAIL_FAST),
     ("cut node 1's link mid-call", KillNode(node=1, on_call=HIT, mode="cut_link"), Outcome.FAIL_FAST),
+    ("ctrl-c just after a call is sent", InterruptDriver(on_call=HIT), Outcome.INTERRUPT),
+    ("ctrl-c mid-request", InterruptDriver(on_call=HIT, phase="mid_request"), Outcome.INTERRUPT),
+    ("ctrl-c before unpickling a reply", InterruptDriver(on_call=HIT, phase="before_unpickle_reply"),
+     Outcome.INTERRUPT),
+    ("fork a child that exits", ForkInDriver(on_call=HIT), Outcome.RECOVER),
+    ("fork a child that lingers", ForkInDriver(on_call=HIT, mode="linger", duration=0.3), Outcome.RECOVER),
+    ("fork a child that calls the executor", ForkInDriver(on_call=HIT, mode="call"), Outcome.RECOVER),
+    ("fork a lingering grandchild, then die", ForkInWorker(rank=1, on_call=HIT), Outcome.FAIL_FAST),
 ]

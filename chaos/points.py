@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from chaos import surroundings
 from chaos.control import ENV_VAR, ControlDir
 from chaos.plan import ResolvedFault
 from executor import failpoints, shm_queue
@@ -46,7 +47,7 @@ class PointDispatcher:
             info = self._armed(r, msg_id)
             if info is not None:
                 self.ctl.log_fault(_record(r, self.rank, os.getpid(), msg_id, info))
-                act(r, ctx)
+                act(r, {**ctx, "ctl_path": str(self.ctl.path)})
 
     def _armed(self, r: ResolvedFault, msg_id: int | None) -> dict[str, Any] | None:
         key = (r.index, None if r.at_s is not None else msg_id)
@@ -67,6 +68,9 @@ def _record(r: ResolvedFault, rank: int | None, pid: int, msg_id: Any, info: dic
 
 def act(r: ResolvedFault, ctx: dict[str, Any]) -> None:
     """Do fault ``r`` here, in this process, at this failpoint."""
+    if r.fault.kind == "interrupt_driver":
+        _INTERRUPTS[r.fault.phase](r.fault, ctx)
+        return
     ACTIONS[r.fault.kind](r.fault, ctx)
 
 
@@ -138,6 +142,15 @@ def _fix_meta_crc(buf: Any, meta: int) -> None:
 ACTIONS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "kill_worker": _kill_self, "term_worker": _term_self, "hang_worker": _block,
     "slow_worker": _slow, "raise_in_worker": _raise, "corrupt_queue": _corrupt,
+    "fork_in_worker": surroundings.fork_grandchild_then_die,
+}
+# interrupt_driver, by phase: where it fires, and who sends the SIGINT.
+_INTERRUPT_POINTS = {"mid_request": ("driver", "queue.mid_chunk_write"),
+                     "mid_reply": ("worker", "queue.mid_chunk_write"),
+                     "before_unpickle_reply": ("driver", "driver.after_dequeue")}
+_INTERRUPTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "mid_request": surroundings.interrupt_self, "before_unpickle_reply": surroundings.interrupt_self,
+    "mid_reply": surroundings.interrupt_driver_from_worker,
 }
 DAMAGE: dict[str, Callable[[Any, int, int, int], None]] = {
     "flip_payload": _flip_payload, "truncate": _truncate, "clobber_seq": _clobber_seq,
@@ -147,7 +160,17 @@ DAMAGE: dict[str, Callable[[Any, int, int, int], None]] = {
 
 def point_of(r: ResolvedFault) -> str:
     f = r.fault
+    if f.kind == "interrupt_driver":
+        return _INTERRUPT_POINTS[f.phase][1]
     return "queue.before_publish" if f.kind == "corrupt_queue" else f"worker.{f.phase}"
+
+
+def _role_of(f: Any) -> str:
+    """The process an internal fault runs in: "driver" or "worker" (of ``f.rank``)."""
+    if f.kind == "interrupt_driver":
+        return _INTERRUPT_POINTS[f.phase][0]
+    rpc = f.kind == "corrupt_queue" and getattr(f, "queue", "") == "rpc"
+    return "driver" if rpc else "worker"
 
 
 def faults_for(resolved: list[ResolvedFault], role: str, rank: int | None) -> dict[str, list]:
@@ -157,8 +180,8 @@ def faults_for(resolved: list[ResolvedFault], role: str, rank: int | None) -> di
         f = r.fault
         if f.external:
             continue
-        rpc = f.kind == "corrupt_queue" and getattr(f, "queue", "") == "rpc"
-        if (role == "driver" and rpc) or (role == "worker" and not rpc and f.rank == rank):
+        where = _role_of(f)
+        if (role == "driver" == where) or (role == "worker" == where and f.rank == rank):
             points[point_of(r)].append(r)
     return points
 

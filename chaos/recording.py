@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -41,6 +42,11 @@ class CallRecord:
     error: str = ""
     resolved_seq: int | None = None  # position in the order calls resolved
     waited_at: float | None = None  # first time the workload waited on the future
+    # Declared by the workload (chaos.oracles.declared_outcomes judges them): which outcomes
+    # this call may end in ("ok", error type names, "*" any non-fatal error), and the
+    # invariant a wrong one breaks ("hostile", "callbacks", ...).  None: the default rules.
+    expect_errors: frozenset[str] | None = None
+    check: str = ""
 
     @property
     def deadline(self) -> float | None:
@@ -105,8 +111,10 @@ class RecordingExecutor:
     def collective_rpc(self, method: Any, timeout: float | None = None, args: Any = (),
                        kwargs: dict[str, Any] | None = None, non_block: bool = False,
                        unique_reply_rank: int | None = None, expect: Any = UNKNOWN,
+                       expect_errors: frozenset[str] | None = None, check: str = "",
                        **extra: Any) -> Any:
         record = self._record(method, timeout, tuple(args), non_block, unique_reply_rank, expect)
+        record.expect_errors, record.check = expect_errors, check
         try:
             out = self._ex.collective_rpc(method, timeout, args, kwargs, non_block,
                                           unique_reply_rank, **extra)
@@ -118,6 +126,27 @@ class RecordingExecutor:
             return out
         self._watch(record, out)
         return out
+
+    def attempt(self, label: str, fn: Callable[[], Any], *, check: str,
+                expect_errors: frozenset[str], expect: Any = UNKNOWN) -> Any:
+        """Record something other than a call (start an executor, wait for a callback) as a
+        call named ``label``; its outcome is judged like a declared call's.  Never raises
+        an Exception (a BaseException such as KeyboardInterrupt passes through)."""
+        record = CallRecord(next(self._ids), label, (), None, False, None, expect,
+                            time.time_ns(), time.monotonic(), expect_errors=expect_errors,
+                            check=check)
+        with self._lock:
+            self.calls.append(record)
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - recorded: the oracles judge it
+            self._finish(record, None, exc)
+            return None
+        except BaseException as exc:
+            self._finish(record, None, exc)
+            raise
+        self._finish(record, value, None)
+        return value
 
     def _record(self, method: Any, timeout: float | None, args: tuple[Any, ...],
                 non_block: bool, reply_rank: int | None, expect: Any) -> CallRecord:

@@ -12,6 +12,7 @@ loopback, a fresh secret in out/nodes/); they must be gone after shutdown, else 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import telemetry
-from chaos import points, resources
+from chaos import interrupts, points, resources, surroundings
 from chaos.control import ENV_VAR, ControlDir
 from chaos.injector import Injector
 from chaos.nodes import RemoteNodes
@@ -37,7 +38,8 @@ from executor import ExecutorConfig, MultiprocExecutor, failpoints
 from executor.launch import make_context
 
 Workload = Callable[[Any], None]
-_DRIVER_POINTS = ("driver.before_pickle", "driver.after_enqueue", "queue.before_publish")
+_DRIVER_POINTS = ("driver.before_pickle", "driver.after_enqueue", "queue.before_publish",
+                  "queue.mid_chunk_write", "driver.after_dequeue")
 
 
 @dataclasses.dataclass
@@ -86,6 +88,7 @@ def run_scenario(
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     bounds = bounds or Bounds()
+    interrupts.check_main_thread(plan, workload)
     (out / "plan.json").write_text(json.dumps(
         {"name": name, "plan": plan.to_dict(), "config": _config_dict(cfg)}, indent=2, default=str))
     if plan.kills_driver:
@@ -175,6 +178,7 @@ class _InProcessRun:
     def run(self, expected: Outcome | str | None) -> ScenarioResult:
         t0 = time.monotonic()
         self.ctl.write_plan(self.resolved, self.plan.seed)
+        (self.ctl.path / "driver.pid").write_text(str(os.getpid()))  # for mid_reply SIGINTs
         prepare_forkserver(self.cfg)
         with scenario_environment(self.trace_dir, self.ctl.path), \
                 RemoteNodes(self.cfg, self.out / "nodes") as nodes:
@@ -192,22 +196,26 @@ class _InProcessRun:
         install_in_workers(ex, self.cfg, self.ctl)
         proxy = RecordingExecutor(ex)
         injector = Injector(self.ctl, self.resolved, node_tree=nodes.tree_pids)
+        injector.executor = ex
         points.install("driver", None, str(self.ctl.path))
         points.CallCounter(self.ctl, self.resolved, injector.fire).enable()
-        injector.start(pids)
-        try:
-            self._run_workload(proxy)
-            failed_at = self._await_detection(ex, proxy)
-        finally:
-            injector.stop()
-            for name in _DRIVER_POINTS:
-                failpoints.disable(name)
-        started = time.monotonic()
-        ex.shutdown()
-        shutdown_s = time.monotonic() - started
+        with self._sigint() as sigint:
+            injector.start(pids)
+            try:
+                self._run_workload(proxy, sigint)
+                failed_at = self._await_detection(ex, proxy)
+            finally:
+                injector.stop()
+                for name in _DRIVER_POINTS:
+                    failpoints.disable(name)
+            after = self._before_shutdown(ex, proxy, pids)
+            started = time.monotonic()
+            ex.shutdown()
+            shutdown_s = time.monotonic() - started
+        surroundings.end_strays(self.ctl.path)
         nodes.wait_exit(self.bounds.exit_s)
         leaks = resources.leaks(before, pids, os.getpid(), (str(self.out),))
-        return RunRecord(
+        return RunRecord(**after,
             calls=proxy.calls, faults=annotate(self.ctl.timeline(), self.resolved),
             callback_times_ns=proxy.callback_times_ns, failed_at_ns=failed_at,
             shutdown_s=shutdown_s, leaks=leaks, hung=self.hung, bounds=self.bounds,
@@ -215,7 +223,38 @@ class _InProcessRun:
             + self.bounds.shutdown_slack_s,
         )
 
-    def _run_workload(self, proxy: RecordingExecutor) -> None:
+    def _sigint(self) -> Any:
+        if interrupts.needs_main_thread(self.plan, self.workload):
+            return interrupts.contained_sigint()
+        return contextlib.nullcontext(None)
+
+    def _before_shutdown(self, ex: Any, proxy: RecordingExecutor, pids: list[int]) -> dict[str, Any]:
+        """What only a live executor can tell: is it failed, did the callbacks run, are the
+        workers there, and (after an interrupt) is it still in step."""
+        timeline = self.ctl.timeline()
+        if any(r["kind"] == "interrupt_driver" for r in timeline) and not ex.is_failed:
+            interrupts.probe_in_step(proxy)
+        failure = getattr(ex, "_failure", None) if ex.is_failed and not self.hung else None
+        late: bool | None = None
+        if failure is not None:
+            grace = self.cfg.shutdown_grace + self.cfg.sigterm_grace + self.bounds.detect_s
+            deadline = time.monotonic() + grace
+            while not proxy.callback_times_ns and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ran: list[bool] = []
+            ex.register_failure_callback(lambda: ran.append(True))
+            late = bool(ran)
+        gone = [f"worker rank {r} (pid {p}) is {state} before shutdown()"
+                for r, p in enumerate(pids) if (state := resources.process_state(p)) != "alive"]
+        return {"failed_before_shutdown": None if failure is None else str(failure),
+                "late_callback_ran": late, "workers_gone": gone,
+                "fork_reports": surroundings.read_fork_reports(self.ctl.path)}
+
+    def _run_workload(self, proxy: RecordingExecutor, sigint: Any = None) -> None:
+        if sigint is not None:
+            interrupts.run_on_main_thread(self.workload, proxy, sigint, self.bounds.workload_s,
+                                          lambda: self._expire(proxy))
+            return
         errors: list[BaseException] = []
 
         def target() -> None:
@@ -231,6 +270,10 @@ class _InProcessRun:
             self.hung = True
             proxy.executor.shutdown()  # wakes every waiter with ExecutorFailedError
             thread.join(10.0)
+
+    def _expire(self, proxy: RecordingExecutor) -> None:
+        self.hung = True
+        proxy.executor.shutdown()  # wakes every waiter with ExecutorFailedError
 
     def _await_detection(self, ex: Any, proxy: RecordingExecutor) -> int | None:
         """A fatal fault late in the workload may be detected just after it: wait a bound."""

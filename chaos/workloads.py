@@ -108,3 +108,12 @@ def steady(ex: Any, n: int = 40) -> None:
 
 
 BUILTIN: dict[str, Workload] = {"standard": standard, "futures_mix": futures_mix, "steady": steady}
+
+
+def _register_around() -> None:
+    from chaos.workloads_around import AROUND
+
+    BUILTIN.update(AROUND)
+
+
+_register_around()

@@ -6,7 +6,9 @@ subprocess can import them by name.
 
 from __future__ import annotations
 
+import atexit
 import os
+import signal
 import threading
 import time
 from concurrent.futures import Future
@@ -122,3 +124,155 @@ class ForgetsDeathPipe(MultiprocExecutor):
 
 def leaked_segment_name() -> str:
     return f"faultlab_{os.getpid()}_broken_leak"
+
+
+# ---------------------------------------------------------------- what surrounds the executor
+# Each re-creates a defect of issue 11 on top of the executor, whatever its fixes.
+
+class PoisonedByAggregator(MultiprocExecutor):
+    """Once an aggregator raised, every later call re-raises that error."""
+
+    _poison: BaseException | None = None
+
+    def collective_rpc(self, method: Any, *a: Any, aggregator: Any = None, **kw: Any) -> Any:
+        if self._poison is not None:
+            raise self._poison
+        if aggregator is None:
+            return super().collective_rpc(method, *a, **kw)
+
+        def remember(values: list[Any]) -> Any:
+            try:
+                return aggregator(values)
+            except Exception as exc:
+                self._poison = exc
+                raise
+
+        return super().collective_rpc(method, *a, aggregator=remember, **kw)
+
+
+class CallbacksUnderLock(MultiprocExecutor):
+    """Runs a future's done-callbacks while holding the reply collector's lock."""
+
+    def collective_rpc(self, method: Any, *a: Any, **kw: Any) -> Any:
+        out = super().collective_rpc(method, *a, **kw)
+        if isinstance(out, Future):
+            add, lock = out.add_done_callback, self._collector.lock
+
+            def add_under_lock(fn: Any) -> None:
+                def run(f: Any) -> None:
+                    took = lock.acquire(timeout=0)  # held already when the bug is in the executor
+                    try:
+                        fn(f)
+                    finally:
+                        if took:
+                            lock.release()
+
+                add(run)
+
+            out.add_done_callback = add_under_lock  # type: ignore[method-assign]
+        return out
+
+
+class InterruptAsUnpicklingError(MultiprocExecutor):
+    """A Ctrl-C during a call comes back as ReplyUnpicklingError."""
+
+    def collective_rpc(self, method: Any, *a: Any, **kw: Any) -> Any:
+        from executor import ReplyUnpicklingError
+
+        try:
+            return super().collective_rpc(method, *a, **kw)
+        except KeyboardInterrupt as exc:
+            raise ReplyUnpicklingError("the reply could not be unpickled: KeyboardInterrupt") from exc
+
+
+class ChildKillsWorkers(MultiprocExecutor):
+    """A forked child that exits normally SIGKILLs the parent's workers (an inherited
+    exit handler that does not check whose executor it is)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        owner, pids = os.getpid(), list(self.worker_pids)
+
+        def kill_if_foreign() -> None:
+            if os.getpid() != owner:
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+        self._kill_if_foreign = kill_if_foreign
+        atexit.register(kill_if_foreign)
+
+    def shutdown(self) -> None:
+        atexit.unregister(self._kill_if_foreign)
+        super().shutdown()
+
+
+class QueueFullAfter10(MultiprocExecutor):
+    """Gives up with QueueFullError when 10 non_block calls are outstanding."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._outstanding: list[Future[Any]] = []
+
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: Any = (),
+                       kwargs: Any = None, non_block: bool = False, *rest: Any, **kw: Any) -> Any:
+        from executor import QueueFullError
+
+        self._outstanding = [f for f in self._outstanding if not f.done()]
+        if non_block and len(self._outstanding) >= 10:
+            raise QueueFullError("broken: 10 calls outstanding, the driver gives up")
+        out = super().collective_rpc(method, timeout, args, kwargs, non_block, *rest, **kw)
+        if non_block:
+            self._outstanding.append(out)
+        return out
+
+
+class HostileKillsWorker(MultiprocExecutor):
+    """A method raising a hostile exception takes its worker down (exit code 1)."""
+
+    def collective_rpc(self, method: Any, *a: Any, **kw: Any) -> Any:
+        if getattr(method, "__name__", "") == "raise_hostile":
+            os.kill(self.worker_pids[0], signal.SIGKILL)
+            time.sleep(0.5)
+        return super().collective_rpc(method, *a, **kw)
+
+
+class LeaksOnFailedStart(MultiprocExecutor):
+    """A start-up that fails keeps the descriptors it opened."""
+
+    kept: list[int] = []
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        pipe = os.pipe()
+        try:
+            super().__init__(*a, **kw)
+        except BaseException:
+            LeaksOnFailedStart.kept.extend(pipe)
+            raise
+        os.close(pipe[0])
+        os.close(pipe[1])
+
+
+class SkipsCallbacks(MultiprocExecutor):
+    """Fails without running any failure callback."""
+
+    def _run_callbacks(self) -> None:
+        self._callbacks_ran = True
+
+
+class StopsAtRaisingCallback(MultiprocExecutor):
+    """Stops running failure callbacks at the first one that raises."""
+
+    def _run_callbacks(self) -> None:
+        with self._state_lock:
+            if self._callbacks_ran:
+                return
+            self._callbacks_ran = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the bug: the rest are skipped
+                return

@@ -14,7 +14,9 @@ its own name (not ``conftest``) so that tests import it unambiguously.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -37,3 +39,25 @@ def scaled(fraction: float, minimum: int = 2, **changes: object) -> settings:
     """The selected profile with ``fraction`` of its examples (for costlier properties)."""
     examples = max(minimum, int(PROFILE.max_examples * fraction))
     return settings(PROFILE, max_examples=examples, **changes)  # type: ignore[arg-type]
+
+
+# Under ci, shrinking stops after SHRINK_S seconds (Hypothesis' internal knob, default 300 s):
+# every failing candidate costs real time (a call's bound, a worker start), so unbounded
+# shrinking outlived the 120 s per-test timeout and printed no example.  Generation of the
+# costliest tests takes up to ~60 s; 30 s of shrinking keeps the printed example inside 120 s.
+SHRINK_S = 30
+
+
+@contextlib.contextmanager
+def shrink_cap(seconds: float = SHRINK_S) -> Iterator[None]:
+    from hypothesis.internal.conjecture import engine
+
+    if PROFILE_NAME != "ci" or not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        yield
+        return
+    saved = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = saved

@@ -1,0 +1,249 @@
+"""What surrounds the executor: forks, Ctrl-C, hostile values, exhausted resources.
+
+    driver   Injector ── fork_in_driver ──► fork_child(): os.fork(); the child lingers or
+                                            calls the inherited executor, writes
+                                            ctl/fork-<i>.json, then exits as the interpreter
+                                            does (atexit: inherited finalizers run)
+             Injector / points ── interrupt_driver ──► SIGINT to this process (main thread)
+    worker   points ── fork_in_worker ──► fork a lingering grandchild (ctl/strays), SIGKILL self
+             points ── interrupt_driver (mid_reply) ──► SIGINT to ctl/driver.pid
+    methods  raise_hostile / return_hostile / cap_memory / allocate: callables for
+             ``collective_rpc`` (the workloads in chaos.workloads_around use them)
+
+Invariants: a forked child never returns into the caller's stack (it leaves by
+``os._exit`` after the atexit handlers, so the test runner's frames never run twice);
+every process forked here is reaped or recorded for the scenario to end (``strays``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import resource
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+CHILD_CALL_TIMEOUT_S = 2.0
+CHILD_WATCHDOG_S = 6.0  # a child stuck on a lock it inherited ends itself (exit code 3)
+
+
+# ---------------------------------------------------------------- forks in the driver
+
+def fork_child(fault: Any, index: int, ctl_path: Path, executor: Any) -> int:
+    """Fork a child of the driver that does what ``fault.mode`` says; return its pid."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads: on purpose
+        pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        code = _child(fault, index, ctl_path, executor)
+    except BaseException:  # noqa: BLE001 - nothing may unwind into the parent's frames
+        code = 1
+    exit_like_interpreter(code)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _child(fault: Any, index: int, ctl_path: Path, executor: Any) -> int:
+    report: dict[str, Any] = {"index": index, "mode": fault.mode, "pid": os.getpid(),
+                              "outcome": "hung"}
+    _write_json(ctl_path / f"fork-{index}.json", report)  # overwritten unless the child hangs
+    threading.Thread(target=_watchdog, daemon=True).start()
+    if fault.mode == "linger":
+        time.sleep(fault.duration)
+    if fault.mode == "call":
+        report.update(_call_inherited(executor))
+    else:
+        report["outcome"] = "exited"
+    _write_json(ctl_path / f"fork-{index}.json", report)
+    return 0
+
+
+def _call_inherited(executor: Any) -> dict[str, Any]:
+    try:
+        value = executor.collective_rpc("echo", args=("from-child",), timeout=CHILD_CALL_TIMEOUT_S)
+    except BaseException as exc:  # noqa: BLE001 - reported, judged by the parent's oracle
+        return {"outcome": "error", "error_type": type(exc).__name__, "error": str(exc)[:300]}
+    return {"outcome": "ok", "value": repr(value)[:200]}
+
+
+def _watchdog() -> None:
+    time.sleep(CHILD_WATCHDOG_S)
+    os._exit(3)
+
+
+def exit_like_interpreter(code: int) -> None:
+    """Leave this forked child as a normal exit would: atexit handlers (weakref finalizers,
+    multiprocessing's exit hook) run, then the process ends.  ``sys.exit`` would unwind the
+    stack the child inherited (the test runner's) and run it a second time."""
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        os._exit(code)
+
+
+def reap(pid: int, within_s: float) -> str:
+    """Wait for a forked child; SIGKILL it past ``within_s``.  Returns how it ended."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return "reaped elsewhere"
+        if done:
+            return f"exit status {os.waitstatus_to_exitcode(status)}"
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "killed: it outlived its bound"
+        time.sleep(0.01)
+
+
+def read_fork_reports(ctl_path: Path) -> list[dict[str, Any]]:
+    """Each child's report, with ``exit``: how it ended (reaped by the Injector's stop)."""
+    reports = []
+    for path in sorted(ctl_path.glob("fork-*.json")):
+        report = json.loads(path.read_text())
+        end = path.with_suffix(".exit")
+        report["exit"] = end.read_text() if end.exists() else "not reaped yet"
+        reports.append(report)
+    return reports
+
+
+# ---------------------------------------------------------------- failpoint actions
+
+def interrupt_self(fault: Any, ctx: dict[str, Any]) -> None:
+    """In the driver: SIGINT to ourselves; the main thread raises KeyboardInterrupt."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def interrupt_driver_from_worker(fault: Any, ctx: dict[str, Any]) -> None:
+    pid = int((Path(ctx["ctl_path"]) / "driver.pid").read_text())
+    os.kill(pid, signal.SIGINT)
+
+
+def fork_grandchild_then_die(fault: Any, ctx: dict[str, Any]) -> None:
+    """In a worker: a grandchild that holds every inherited descriptor lingers; we die."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(fault.duration)
+        finally:
+            os._exit(0)
+    with open(Path(ctx["ctl_path"]) / "strays", "a") as f:
+        f.write(f"{pid}\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(10)
+
+
+def end_strays(ctl_path: Path) -> list[int]:
+    """SIGKILL the grandchildren workers forked (they are not our children to reap)."""
+    path = ctl_path / "strays"
+    pids = [int(line) for line in path.read_text().split()] if path.exists() else []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+# ---------------------------------------------------------------- hostile values
+
+class StrRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("chaos: __str__ raises")
+
+
+class ReprRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("chaos: __str__ raises")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("chaos: __repr__ raises")
+
+
+class ReduceExits(Exception):
+    def __reduce__(self) -> Any:
+        raise SystemExit("chaos: __reduce__ raises SystemExit")
+
+
+class Unpicklable:
+    def __reduce__(self) -> Any:
+        raise RuntimeError("chaos: this value cannot be pickled")
+
+
+class ExplodesOnUnpickle:
+    """Pickles fine; unpickling it (in the driver) raises."""
+
+    def __reduce__(self) -> Any:
+        return (_explode, ("chaos: unpickling this value raises",))
+
+
+class InterruptsOnUnpickle:
+    """Unpickling it sends SIGINT to ``pid``: a Ctrl-C that lands inside reply unpickling."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __reduce__(self) -> Any:
+        return (os.kill, (self.pid, signal.SIGINT))
+
+
+def _explode(message: str) -> None:
+    raise RuntimeError(message)
+
+
+RAISES = {"str": StrRaises, "repr": ReprRaises, "reduce": ReduceExits}
+RETURNS = {"unpicklable": Unpicklable, "reduce_exits": ReduceExits,
+           "explodes_on_unpickle": ExplodesOnUnpickle}
+
+
+def raise_hostile(worker: Any, which: str) -> None:
+    raise RAISES[which]()
+
+
+def return_hostile(worker: Any, which: str) -> Any:
+    return RETURNS[which]()
+
+
+def return_interrupter(worker: Any, driver_pid: int) -> InterruptsOnUnpickle:
+    return InterruptsOnUnpickle(driver_pid)
+
+
+# ---------------------------------------------------------------- memory in a worker
+
+def cap_memory(worker: Any, headroom: int) -> int:
+    """Cap this worker's address space at its current size plus ``headroom``; returns the cap."""
+    import psutil
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    worker._chaos_as_limit = (soft, hard)
+    cap = psutil.Process().memory_info().vms + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    return 0
+
+
+def uncap_memory(worker: Any) -> int:
+    limits = getattr(worker, "_chaos_as_limit", None)
+    if limits is not None:
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+    return 0
+
+
+def allocate(worker: Any, nbytes: int) -> int:
+    """Touch ``nbytes`` of memory (MemoryError under a cap)."""
+    block = bytearray(nbytes)
+    return len(block) - nbytes  # 0: the right result on every rank
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)

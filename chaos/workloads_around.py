@@ -1,0 +1,228 @@
+"""Workloads for what surrounds the executor: bursts, callbacks, hostile values, Ctrl-C
+mid-stream, and exhausted resources.  Each declares what its calls must end in
+(``expect_errors`` / ``check`` on the recording proxy); ``chaos.oracles_around`` judges.
+
+    burst / burst_10k   N outstanding non_block calls, payloads small, 64 KiB and 1 MiB:
+                        every one completes in order with its own result, no QueueFullError
+    callback_chaos      a raising aggregator (that call fails, later ones do not), done-
+                        callbacks that call collective_rpc, a raising failure callback
+    hostile_values      results and exceptions whose __str__/__repr__/__reduce__ raise:
+                        WorkerError (or Reply/RequestPicklingError), the worker keeps serving
+    interrupt_stream    multi-chunk requests and replies for interrupt_driver faults, and a
+                        reply whose unpickling is interrupted
+    fd_limit            a low RLIMIT_NOFILE in the driver: starting an executor fails clearly
+                        (or works), the running one keeps working, nothing leaks
+    memory_cap          RLIMIT_AS in the workers: an allocation fails as a WorkerError
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from chaos import surroundings
+from executor import ExecutorError
+
+OK = frozenset({"ok"})
+ANY_ERROR = frozenset({"*"})
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def _quiet(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Make a call whose outcome the proxy records; any Exception it raises is judged there."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - recorded by the proxy, judged by the oracles
+        return None
+
+
+# ---------------------------------------------------------------- bursts
+
+def _burst_call(ex: Any, i: int, big: bytes) -> Any:
+    """Call ``i`` of a burst: mostly small echoes, some 64 KiB echoes, a few 1 MiB requests."""
+    if i % 50 == 7:
+        return ex.collective_rpc("nbytes", args=(big[: MIB - i],), non_block=True, check="burst")
+    if i % 10 == 3:
+        payload = i.to_bytes(4, "little") * (16 * KIB)  # 64 KiB, unique to the call
+        return ex.collective_rpc("echo", args=(payload,), non_block=True, check="burst")
+    return ex.collective_rpc("echo", args=(f"burst-{i}",), non_block=True, check="burst")
+
+
+def burst_of(n: int) -> Callable[[Any], None]:
+    def burst(ex: Any) -> None:
+        """``n`` outstanding non_block calls, then their results in submission order."""
+        big = bytes(MIB)
+        futures: list[Future[Any]] = []
+        for i in range(n):
+            try:
+                futures.append(_burst_call(ex, i, big))
+            except (ExecutorError, TimeoutError):
+                break  # recorded; every later submit would fail the same way
+        for f in futures:
+            _quiet(f.result)
+
+    burst.__name__ = f"burst_{n}"
+    return burst
+
+
+# ---------------------------------------------------------------- callbacks
+
+class ChaosAggregatorError(RuntimeError):
+    pass
+
+
+def _raising_aggregator(values: list[Any]) -> Any:
+    raise ChaosAggregatorError(f"chaos: the aggregator raises on {len(values)} values")
+
+
+def callback_chaos(ex: Any) -> None:
+    """A raising aggregator; done-callbacks that call the executor; a raising failure
+    callback, then a call that ends every worker: the callbacks after it still run."""
+    _quiet(ex.collective_rpc, "echo", args=("aggregated",), timeout=5.0,
+           aggregator=_raising_aggregator, expect_errors=ANY_ERROR,
+           check="callbacks")
+    for i in range(3):
+        _quiet(ex.collective_rpc, "echo", args=(f"after-aggregator-{i}",), timeout=5.0,
+               expect_errors=OK, check="callbacks")
+    _done_callbacks_call(ex)
+    _raising_failure_callback(ex)
+
+
+def _done_callbacks_call(ex: Any) -> None:
+    def nested(i: int, future: Future[Any]) -> None:
+        _quiet(ex.collective_rpc, "echo", args=(f"from-callback-{i}",), timeout=3.0,
+               expect_errors=OK, check="callbacks")
+
+    futures = [ex.collective_rpc("echo", args=(f"outer-{i}",), non_block=True, timeout=5.0)
+               for i in range(3)]
+    for i, f in enumerate(futures):
+        f.add_done_callback(lambda f, i=i: nested(i, f))
+    for f in futures:
+        _quiet(f.result)
+
+
+def _raising_failure_callback(ex: Any) -> None:
+    ran: list[float] = []
+
+    def raising() -> None:
+        raise RuntimeError("chaos: a failure callback raises")
+
+    ex.register_failure_callback(raising)
+    ex.register_failure_callback(lambda: ran.append(time.monotonic()))
+    _quiet(ex.collective_rpc, "exit", args=(0,), timeout=5.0)  # every worker exits
+
+    def wait_for_later_callback() -> bool:
+        deadline = time.monotonic() + 10.0
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not ran:
+            raise AssertionError("a failure callback registered after a raising one never ran")
+        return True
+
+    ex.attempt("callback after a raising one", wait_for_later_callback, check="callbacks",
+               expect_errors=OK)
+
+
+# ---------------------------------------------------------------- hostile values
+
+_WORKER_ERROR = frozenset({"WorkerError"})
+_HOSTILE: list[tuple[str, Any, tuple[Any, ...], frozenset[str]]] = [
+    ("raise: __str__ raises", surroundings.raise_hostile, ("str",), _WORKER_ERROR),
+    ("raise: __repr__ raises", surroundings.raise_hostile, ("repr",), _WORKER_ERROR),
+    ("raise: __reduce__ exits", surroundings.raise_hostile, ("reduce",), _WORKER_ERROR),
+    ("return: cannot pickle", surroundings.return_hostile, ("unpicklable",), _WORKER_ERROR),
+    ("return: __reduce__ exits", surroundings.return_hostile, ("reduce_exits",), _WORKER_ERROR),
+    ("return: unpickling raises", surroundings.return_hostile, ("explodes_on_unpickle",),
+     frozenset({"ReplyUnpicklingError"})),
+    ("send: cannot pickle", "echo", (surroundings.Unpicklable(),),
+     frozenset({"RequestPicklingError"})),
+]
+
+
+def hostile_values(ex: Any) -> None:
+    for i, (_label, method, args, allowed) in enumerate(_HOSTILE):
+        _quiet(ex.collective_rpc, method, args=args, timeout=5.0, expect_errors=allowed,
+               check="hostile")
+        _quiet(ex.collective_rpc, "echo", args=(f"after-hostile-{i}",), timeout=5.0,
+               expect_errors=OK, check="hostile")
+
+
+# ---------------------------------------------------------------- Ctrl-C mid-stream
+
+def interrupt_stream(ex: Any) -> None:
+    """Multi-chunk echoes (3 MiB each way) for interrupt_driver faults to land in, then a
+    reply whose unpickling sends SIGINT to the driver; every KeyboardInterrupt is caught."""
+    end, i = time.monotonic() + STREAM_S, 0
+    while i < 4 or time.monotonic() < end:  # long enough for a time-triggered SIGINT
+        i += 1
+        payload = (i % 256).to_bytes(1, "little") * (3 * MIB - i)
+        try:
+            ex.collective_rpc("echo", args=(payload,), timeout=10.0)
+        except (ExecutorError, TimeoutError, KeyboardInterrupt):
+            continue
+    try:
+        ex.collective_rpc(surroundings.return_interrupter, args=(os.getpid(),), timeout=5.0,
+                          unique_reply_rank=0, expect_errors=frozenset({"KeyboardInterrupt"}),
+                          check="interrupt")
+    except (ExecutorError, TimeoutError, KeyboardInterrupt):
+        pass
+    for i in range(3):
+        _quiet(ex.collective_rpc, "echo", args=(f"after-unpickle-{i}",), timeout=5.0,
+               expect_errors=OK, check="interrupt")
+
+
+interrupt_stream.needs_main_thread = True  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- resource exhaustion
+
+STREAM_S = 0.8
+FD_HEADROOM = 6  # descriptors left free in the driver while the limit is low
+
+
+def fd_limit(ex: Any) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = len(os.listdir("/proc/self/fd")) + FD_HEADROOM
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(low, soft), hard))
+    try:
+        ex.attempt("start an executor with few descriptors left",
+                   lambda: _start_and_stop(type(ex.executor), ex.config), check="exhaustion",
+                   expect_errors=frozenset({"ok", "*"}))
+        _quiet(ex.collective_rpc, "echo", args=("low-fd-limit",), timeout=5.0,
+               expect_errors=OK, check="exhaustion")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    _quiet(ex.collective_rpc, "echo", args=("fd-limit-restored",), timeout=5.0,
+           expect_errors=OK, check="exhaustion")
+
+
+def _start_and_stop(cls: Any, cfg: Any) -> str:
+    with cls(cfg) as other:
+        other.collective_rpc("echo", args=("nested",), timeout=5.0)
+    return "started"
+
+
+def memory_cap(ex: Any) -> None:
+    """Cap every worker at its size plus 256 MiB, allocate 1 GiB there, then uncap."""
+    calls: list[tuple[Any, tuple[Any, ...], frozenset[str]]] = [
+        (surroundings.cap_memory, (256 * MIB,), OK),
+        (surroundings.allocate, (1 << 30,), frozenset({"WorkerError"})),
+        ("echo", ("under-the-cap",), OK),
+        (surroundings.uncap_memory, (), OK),
+        (surroundings.allocate, (64 * MIB,), OK),
+    ]
+    for method, args, allowed in calls:
+        _quiet(ex.collective_rpc, method, args=args, timeout=10.0, expect_errors=allowed,
+               check="exhaustion")
+
+
+AROUND: dict[str, Callable[[Any], None]] = {
+    "burst": burst_of(200), "burst_10k": burst_of(10_000), "callback_chaos": callback_chaos,
+    "done_callbacks": _done_callbacks_call, "failure_callbacks": _raising_failure_callback,
+    "hostile_values": hostile_values, "interrupt_stream": interrupt_stream,
+    "fd_limit": fd_limit, "memory_cap": memory_cap,
+}

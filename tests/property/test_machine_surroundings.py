@@ -1,0 +1,111 @@
+"""The state machine with the rules for what surrounds the executor (chaos.machine_rules),
+against the real executor, and against two executors that only these rules can catch:
+
+    executor        broken promise                                  the rule that sees it
+    SkipsChecksum   a damaged payload is caught by its checksum     damage_next_request
+    NoSigkill       shutdown escalates to SIGKILL                   stubborn_worker + shutdown
+
+Shrinking is capped (conftest.py ``bounded_shrinking``), so a failure prints its shrunk
+steps well within the per-test timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from typing import Any
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+from hypothesis_profiles import PROFILE, scaled
+
+import executor.shm_queue
+import executor.stopping
+from chaos.machine_rules import SurroundingsMachine
+from executor import MultiprocExecutor
+
+
+class ForkSurroundings(SurroundingsMachine):
+    start_method = "fork"
+
+
+def test_surroundings_machine_fork() -> None:
+    run_state_machine_as_test(ForkSurroundings, settings=scaled(0.3))
+
+
+class SkipsChecksum(MultiprocExecutor):
+    """Every queue end (forked workers too) computes checksum 0: nothing is verified."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        self._digest = executor.shm_queue._digest
+        executor.shm_queue._digest = lambda data: 0
+        try:
+            super().__init__(*a, **kw)
+        except BaseException:
+            executor.shm_queue._digest = self._digest
+            raise
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        executor.shm_queue._digest = self._digest
+
+
+class NoSigkill(MultiprocExecutor):
+    """Shutdown asks and SIGTERMs, but never SIGKILLs."""
+
+    def shutdown(self) -> None:
+        original = executor.stopping._signal
+        executor.stopping._signal = lambda p, sig: None if sig == signal.SIGKILL else original(p, sig)
+        try:
+            super().shutdown()
+        finally:
+            executor.stopping._signal = original
+
+
+HUNT = settings(PROFILE, max_examples=200, stateful_step_count=8, derandomize=True, database=None,
+                phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False)
+
+
+def _machine(executor_class: type[MultiprocExecutor]) -> type[SurroundingsMachine]:
+    attrs = {"executor_class": executor_class, "slack_s": 0.5, "detect_s": 0.5, "__module__": __name__}
+    return type(f"SurroundingsOn{executor_class.__name__}", (SurroundingsMachine,), attrs)
+
+
+SurroundingsOnSkipsChecksum = _machine(SkipsChecksum)
+SurroundingsOnNoSigkill = _machine(NoSigkill)
+
+
+@pytest.mark.parametrize(("machine", "symptom"), [
+    (SurroundingsOnSkipsChecksum, "not a checksum error"),
+    (SurroundingsOnNoSigkill, r"are alive|shutdown\(\) had not returned"),
+], ids=["SkipsChecksum", "NoSigkill"])
+def test_surroundings_rules_find_the_bug(machine: type[SurroundingsMachine], symptom: str) -> None:
+    t0 = time.monotonic()
+    with pytest.raises((AssertionError, Flaky)) as info:
+        run_state_machine_as_test(machine, settings=HUNT)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    print(f"\n--- {machine.__name__}: found and shrunk in {time.monotonic() - t0:.1f} s ---")
+    print(notes)
+    assert f"state = {machine.__name__}()" in notes, "no shrunk step list was printed"
+    assert re.search(symptom, str(info.value)), f"found another bug first: {info.value}"
+
+
+@pytest.mark.parametrize(("machine", "escalates"), [(ForkSurroundings, True),
+                                                   (SurroundingsOnNoSigkill, False)],
+                         ids=["real", "NoSigkill"])
+def test_a_stubborn_worker_needs_sigkill(machine: type[SurroundingsMachine], escalates: bool) -> None:
+    """The steps the hunt shrinks to, written out: a stubborn worker, then shutdown()."""
+    state = machine()
+    try:
+        state.stubborn_worker(rank=0)
+        time.sleep(0.2)  # the worker is inside the method, SIGTERM ignored
+        if escalates:
+            state.shutdown()
+        else:
+            with pytest.raises(AssertionError, match=r"are alive|a hang"):
+                state.shutdown()
+    finally:
+        state.teardown()

@@ -23,6 +23,7 @@ WORKER_PHASES = (
     "before_pickle_reply", "before_reply", "after_reply",
 )
 CORRUPT_MODES = ("flip_payload", "truncate", "clobber_seq", "clobber_flags",
+                 "clear_written", "all_ff",
                  "overwrite_unread", "drop")
 QUEUES = ("rpc", "reply")
 NODE_MODES = ("kill", "cut_link")
@@ -156,7 +157,9 @@ class CorruptQueue(Fault):
     ``queue="reply"`` damages rank ``rank``'s reply ring (seen by the driver).
     Modes: flip_payload / truncate (a checksum catches it: that message fails, the queue
     recovers), clobber_seq / clobber_flags / overwrite_unread (metadata damage: fatal),
-    drop (a consistent ABORT: the message silently vanishes; the call hits its deadline).
+    drop (a consistent ABORT: the message silently vanishes; the call hits its deadline);
+    clear_written / all_ff hit a chunk just after it was published (its written flag cleared,
+    or every metadata byte set to 0xFF): fatal, detected against the published seq.
     """
 
     kind: ClassVar[str] = "corrupt_queue"

@@ -52,7 +52,7 @@ class Outcome(enum.StrEnum):
 # Phases whose exceptions the worker turns into an error reply; elsewhere an exception
 # escapes the serve loop and ends the process (which the driver must detect).
 _CAUGHT_PHASES = ("before_unpickle", "before_execute", "after_execute", "before_pickle_reply")
-_FATAL_DAMAGE = ("clobber_seq", "clobber_flags", "overwrite_unread")
+_FATAL_DAMAGE = ("clobber_seq", "clobber_flags", "overwrite_unread", "clear_written", "all_ff")
 _BY_KIND = {
     "kill_worker": Outcome.FAIL_FAST, "term_worker": Outcome.FAIL_FAST,
     "hang_worker": Outcome.DEADLINE, "resume_worker": Outcome.RECOVER,
@@ -121,6 +121,7 @@ TABLE: list[tuple[str, Fault, Outcome]] = [
     ("clobber rpc seq", CorruptQueue(on_call=HIT, queue="rpc", mode="clobber_seq"), Outcome.FAIL_FAST),
     ("clobber reply flags", CorruptQueue(rank=0, on_call=HIT, queue="reply", mode="clobber_flags"), Outcome.FAIL_FAST),
     ("overwrite unread reply", CorruptQueue(rank=1, on_call=HIT, queue="reply", mode="overwrite_unread"), Outcome.FAIL_FAST),
+    ("clear a published rpc written flag", CorruptQueue(on_call=HIT, queue="rpc", mode="clear_written"), Outcome.FAIL_FAST),
     ("drop an rpc message", CorruptQueue(on_call=HIT, queue="rpc", mode="drop"), Outcome.DEADLINE),
     ("drop a reply", CorruptQueue(rank=1, on_call=HIT, queue="reply", mode="drop"), Outcome.DEADLINE),
     ("starve cpu", StarveCPU(at=0.0, duration=0.6, processes=2), Outcome.RECOVER),

@@ -31,6 +31,7 @@ _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 # Offsets inside a chunk's meta (see executor/shm_queue.py): written byte at 0, then
 # seq Q @8, msg_id Q @16, total Q @24, length I @32, flags I @36, data_crc I @40, meta_crc I @44.
 _SEQ, _LENGTH, _FLAGS, _META_CRC = 8, 32, 36, 44
+_READ_FLAGS_END = 49  # written flag through the first reader's read flag
 _FIRST, _LAST, _ABORT = 1, 2, 4
 
 
@@ -134,6 +135,17 @@ def _drop(buf: Any, meta: int, data: int, n_chunks: int) -> None:
     _fix_meta_crc(buf, meta)
 
 
+def _clear_written(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    buf[meta] = 0  # after publish: a reader waiting for this chunk must not wait forever
+
+
+def _all_ff(buf: Any, meta: int, data: int, n_chunks: int) -> None:
+    buf[meta : meta + _READ_FLAGS_END] = b"\xff" * _READ_FLAGS_END
+
+
+AFTER_PUBLISH = frozenset({"clear_written", "all_ff"})  # damage a chunk already visible
+
+
 def _fix_meta_crc(buf: Any, meta: int) -> None:
     digest = getattr(shm_queue, "_digest", zlib.crc32)  # the queue's own check function
     _U32.pack_into(buf, meta + _META_CRC, digest(buf[meta + _SEQ : meta + _META_CRC]) & 0xFFFFFFFF)
@@ -155,6 +167,7 @@ _INTERRUPTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
 DAMAGE: dict[str, Callable[[Any, int, int, int], None]] = {
     "flip_payload": _flip_payload, "truncate": _truncate, "clobber_seq": _clobber_seq,
     "clobber_flags": _clobber_flags, "overwrite_unread": _overwrite_unread, "drop": _drop,
+    "clear_written": _clear_written, "all_ff": _all_ff,
 }
 
 
@@ -162,7 +175,10 @@ def point_of(r: ResolvedFault) -> str:
     f = r.fault
     if f.kind == "interrupt_driver":
         return _INTERRUPT_POINTS[f.phase][1]
-    return "queue.before_publish" if f.kind == "corrupt_queue" else f"worker.{f.phase}"
+    if f.kind == "corrupt_queue":
+        after = getattr(f, "mode", "") in AFTER_PUBLISH
+        return "queue.after_publish" if after else "queue.before_publish"
+    return f"worker.{f.phase}"
 
 
 def _role_of(f: Any) -> str:

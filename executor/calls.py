@@ -70,6 +70,9 @@ class PendingCall:
     outcomes: list[tuple[bool, Any]] = dataclasses.field(default_factory=list)
     span: Any = None  # the driver's RPC span, when tracing
     done: bool = False  # set once, by the thread holding the collector's lock (or a failure)
+    # A blocking call whose caller was interrupted (Ctrl-C): nobody can see its result, so its
+    # replies are read to stay in step but never unpickled (that may have side effects).
+    abandoned: bool = False
     value: Any = None
     error: BaseException | None = None
 
@@ -264,6 +267,8 @@ class ReplyCollector:
                     f"rank {rank} replied to call {msg_id} while call {call.rpc_id} was due: "
                     "a reply went missing"
                 )
+            if call.abandoned:
+                return True, None
             return self._decode(rank, call, kind, frame)
 
     @staticmethod

@@ -49,4 +49,8 @@ def close_inherited() -> None:
     _writers.clear()
 
 
-os.register_at_fork(after_in_child=close_inherited)
+def _after_fork_in_child() -> None:
+    close_inherited()  # looked up at each fork: chaos's broken executors replace it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -17,7 +17,7 @@ Points (the phase of the protocol each one sits in):
     driver.before_dequeue      driver.after_dequeue         queue.mid_chunk_write
     queue.before_publish (context: queue, ring, index, msg_id, seq, flags; the chunk's data
                           and meta are written and checksummed but not yet visible)
-    queue.after_publish (context: queue, ring, index, seq; the chunk is visible)
+    queue.after_publish (context: queue, ring, index, msg_id, seq; the chunk is visible)
     worker.after_dequeue       worker.before_unpickle       worker.before_execute
     worker.after_execute       worker.before_pickle_reply   worker.before_reply
     worker.after_reply         worker.death_pipe

@@ -279,7 +279,11 @@ class MultiprocExecutor:
             self._collector.settle_resolved()  # what relieving the queue resolved, lock-free
         if non_block:
             return call.future
-        self._collector.drain_until(call, call.deadline)
+        try:
+            self._collector.drain_until(call, call.deadline)
+        except KeyboardInterrupt:
+            call.abandoned = True  # its replies are drained and dropped by the next drain
+            raise
         if not call.done:  # an earlier call held us up past our own deadline
             self._collector.resolve(call, self._collector.timeout_error(call, call.ranks[0]))
         return call.outcome()
@@ -298,6 +302,9 @@ class MultiprocExecutor:
         self._res.cancel()
         self._finalizer()
         self._collector_fail_all()
+        collector = getattr(self, "_collector", None)
+        if collector is not None:
+            collector.settle_resolved()  # every future is done when shutdown() returns
         thread = self._res.failure_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.config.shutdown_grace + self.config.sigterm_grace + 10)

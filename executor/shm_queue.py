@@ -339,25 +339,25 @@ class QueueWriter:
                             index=index, msg_id=msg_id, seq=self._seq, flags=flags)
         fence()
         buf[base] = 1
-        self._published(index)
+        self._published(index, msg_id)
 
-    def _published(self, index: int) -> None:
+    def _published(self, index: int, msg_id: int) -> None:
         seq = self._seq
         _U64.pack_into(self.ring.buf, _PUBLISHED, seq)
         self._seq, self._publishing = seq + 1, None  # one statement: no interrupt in between
         fence()
         if failpoints.ACTIVE:
             failpoints.fire("queue.after_publish", queue=self.spec.name, ring=self.ring,
-                            index=index, seq=seq)
+                            index=index, msg_id=msg_id, seq=seq)
         self._wake_readers()
 
     def _finish_publish(self) -> None:
         """A publish was interrupted: complete its bookkeeping if it became visible, else redo
         it (readers take no chunk before its written flag is set and its seq is theirs)."""
         assert self._publishing is not None
-        index = self._publishing[0]
+        index, msg_id = self._publishing[0], self._publishing[1]
         if self.ring.buf[self.ring.metas[index]] == 1 and self.ring.seq_at(index) == self._seq:
-            self._published(index)
+            self._published(index, msg_id)
         else:
             self._publish(*self._publishing)
 

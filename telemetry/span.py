@@ -133,14 +133,15 @@ class Span:
                 pass
             return
         if isinstance(error, BaseException):
+            text = _safe_str(error)
             self._rec.write_event(self.span_id, "exception", {
                 "exception.type": type(error).__qualname__,
-                "exception.message": str(error),
-                "exception.stacktrace": "".join(traceback.format_exception(error))[-4000:],
+                "exception.message": text,
+                "exception.stacktrace": _stacktrace(error)[-4000:],
             })
-            message = f"{type(error).__name__}: {error}"
+            message = f"{type(error).__name__}: {text}"
         else:
-            message = str(error)
+            message = _safe_str(error)
         self._rec.write_end(self.span_id, j.STATUS_ERROR, message, 0, end_ns)
 
     def __enter__(self) -> Span:
@@ -206,3 +207,18 @@ def root_sampling(sampler: str, ratio: float) -> tuple[bool, int]:
     else:
         bound = round(ratio * (1 << 64))
     return parent_based, bound
+
+
+def _safe_str(obj: object) -> str:
+    """``str(obj)``, or a note: a hostile exception must not end the process recording it."""
+    try:
+        return str(obj)
+    except BaseException as exc:  # noqa: BLE001 - even SystemExit from a __str__
+        return f"<str() of {type(obj).__qualname__} raised {type(exc).__qualname__}>"
+
+
+def _stacktrace(error: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(error))
+    except BaseException:  # noqa: BLE001
+        return ""

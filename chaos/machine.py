@@ -14,7 +14,7 @@ call's deadline, or the model's completion estimate, plus ``slack_s``): a call t
 is a failure with a message, never a hung test.  ``teardown`` always shuts the executor
 down, kills whatever worker is still alive and checks that nothing is left.
 
-What the model asserts (DESIGN.md section 1):
+What the model asserts (docs/design.md, section 1.2):
 
 - a call ends in its own result, or in an error it has earned: ``WorkerError`` carrying
   its own message (``fail``), ``TimeoutError`` no earlier than its deadline (only with

@@ -1,6 +1,6 @@
 """faultlab's multi-process executor: a driver broadcasting RPCs to worker processes.
 
-Public names (DESIGN.md section 1); everything else in the package is internal.
+Public names (docs/design.md, section 1.1); everything else in the package is internal.
 """
 
 from executor.config import ExecutorConfig

@@ -269,7 +269,7 @@ class MultiprocExecutor:
         unique_reply_rank: int | None = None,
         aggregator: Callable[[list[Any]], Any] | None = None,
     ) -> Any:
-        """Run ``method`` on every worker; see DESIGN.md section 1 for the whole contract."""
+        """Run ``method`` on every worker; see docs/design.md, section 1, for the whole contract."""
         self._check_owner()
         self._check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator)
         try:

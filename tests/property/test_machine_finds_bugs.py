@@ -1,6 +1,6 @@
 """The state machine is worth something only if it fails on broken executors: it must.
 
-Each executor below breaks one promise of DESIGN.md section 1.  Hypothesis must find a
+Each executor below breaks one promise of docs/design.md, section 1.2.  Hypothesis must find a
 failing step sequence, shrink it, and print it with a ``@reproduce_failure`` blob; the
 shrunk steps are written to the test's output (run with ``-s`` to see them).
 

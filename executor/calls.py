@@ -180,7 +180,7 @@ class ReplyCollector:
         try:
             failure = self._failure()
             if failure is not None:  # the queues may already be closed: never touch them
-                self.fail_all(ExecutorFailedError(str(failure)))
+                self.fail_all(failure)
                 return
             while wanted() and self.pending:
                 if not self._collect(self.pending[0], limit):
@@ -203,7 +203,7 @@ class ReplyCollector:
         while self.pending:
             call = self.pending[0]
             if not call.done:
-                self.resolve(call, error)
+                self.resolve(call, error.again())
             self.pending.popleft()
 
     def _collect(self, call: PendingCall, limit: float) -> bool:

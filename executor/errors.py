@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 
 def safe_str(obj: object, what: str = "str") -> str:
@@ -37,7 +38,41 @@ class ExecutorError(RuntimeError):
 
 
 class ExecutorFailedError(ExecutorError):
-    """The executor can no longer serve calls; the message says which rank, pid and why."""
+    """The executor can no longer serve calls; the message says which rank, pid and why.
+
+    The facts are fields too (None where they do not apply): ``rank``, ``pid`` and
+    ``exitcode`` of a dead worker (a negative exit code is the signal), ``node`` and
+    ``ranks`` of a lost node.  Every call that fails for the same reason gets its own copy
+    (``again()``), with the same message and fields."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        pid: int | None = None,
+        exitcode: int | None = None,
+        node: int | None = None,
+        ranks: list[int] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.rank, self.pid, self.exitcode = rank, pid, exitcode
+        self.node, self.ranks = node, ranks
+
+    def fields(self) -> dict[str, Any]:
+        return {"rank": self.rank, "pid": self.pid, "exitcode": self.exitcode,
+                "node": self.node, "ranks": self.ranks}
+
+    def again(self) -> ExecutorFailedError:
+        """A fresh error with the same message and fields (one per failed call)."""
+        return type(self)(str(self.args[0]) if self.args else "", **self.fields())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_failed, (type(self), self.args[0] if self.args else "", self.fields()))
+
+
+def _rebuild_failed(cls: type[ExecutorFailedError], message: str, fields: dict) -> ExecutorFailedError:
+    return cls(message, **fields)
 
 
 class ForeignProcessError(ExecutorFailedError):

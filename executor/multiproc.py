@@ -456,7 +456,7 @@ class MultiprocExecutor:
     def _raise_failure(self) -> None:
         failure = self._failure
         if failure is not None:
-            raise ExecutorFailedError(str(failure))
+            raise failure.again()
 
     def _death_callback(self) -> Callable[[int, int, int | None, int], None]:
         """A callback for the monitor thread that does not keep the executor alive."""
@@ -472,9 +472,8 @@ class MultiprocExecutor:
     def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
         error = ExecutorFailedError(
             f"worker rank {rank} (pid {pid}) {describe_exit(exitcode)}; the executor has shut "
-            "down and every pending call failed"
+            "down and every pending call failed", rank=rank, pid=pid, exitcode=exitcode,
         )
-        error.rank, error.pid, error.exitcode = rank, pid, exitcode  # type: ignore[attr-defined]
         if self._rec.enabled:
             self._rec.event("executor.worker_death", {
                 "faultlab.rank": rank, "process.pid": pid,
@@ -484,8 +483,8 @@ class MultiprocExecutor:
         self._fail(error, inline=True)  # the monitor thread holds no lock: clean up right here
 
     def _on_node_lost(self, node: int, ranks: list[int], why: str) -> None:
-        error = ExecutorFailedError(f"{why}; the executor has shut down and every pending call failed")
-        error.node, error.ranks = node, ranks  # type: ignore[attr-defined]
+        error = ExecutorFailedError(f"{why}; the executor has shut down and every pending call failed",
+                                    node=node, ranks=ranks)
         if self._rec.enabled:
             self._rec.event("executor.node_lost", {"faultlab.node": node, "faultlab.ranks": str(ranks),
                                                    "faultlab.detected_ns": time.time_ns()})
@@ -520,7 +519,7 @@ class MultiprocExecutor:
         collector = getattr(self, "_collector", None)
         if collector is not None and self._failure is not None:
             for call in list(collector.pending):
-                collector.resolve(call, ExecutorFailedError(str(self._failure)))
+                collector.resolve(call, self._failure.again())
 
     def _run_callbacks(self) -> None:
         with self._state_lock:

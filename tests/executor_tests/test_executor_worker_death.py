@@ -112,3 +112,16 @@ def test_no_descriptor_leaks_after_a_death(make_executor) -> None:  # type: igno
     ex.shutdown()
     leaked = {fd: os.readlink(f"/proc/self/fd/{fd}") for fd in _open_fds() - before}
     assert leaked == {}
+
+
+def test_the_death_error_keeps_its_facts_as_fields_and_through_pickle(executor: MultiprocExecutor) -> None:
+    import pickle
+
+    pid = executor.worker_pids[1]
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ExecutorFailedError) as info:
+        executor.collective_rpc("sleep", args=(10,), timeout=10)
+    error = info.value
+    assert (error.rank, error.pid, error.exitcode) == (1, pid, -signal.SIGKILL)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error) and copy.fields() == error.fields()

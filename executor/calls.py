@@ -69,7 +69,9 @@ class PendingCall:
     aggregator: Callable[[list[Any]], Any] | None = None
     outcomes: list[tuple[bool, Any]] = dataclasses.field(default_factory=list)
     span: Any = None  # the driver's RPC span, when tracing
-    done: bool = False  # set once, by the thread holding the collector's lock (or a failure)
+    # Set once, under the collector's ``resolve_lock``: the collector, a blocking caller whose
+    # deadline passed and a failing executor may all try to resolve a call at the same time.
+    done: bool = False
     # A blocking call whose caller was interrupted (Ctrl-C): nobody can see its result, so its
     # replies are read to stay in step but never unpickled (that may have side effects).
     abandoned: bool = False
@@ -149,6 +151,7 @@ class ReplyCollector:
         self._fail = fail
         self._on_resolved = on_resolved
         self._resolved: collections.deque[PendingCall] = collections.deque()  # to settle, in order
+        self.resolve_lock = threading.Lock()  # guards every call's done/value/error transition
 
     def drain_until(self, call: PendingCall, limit: float) -> None:
         """Collect replies, oldest call first, until ``call`` resolves or ``limit`` passes."""
@@ -324,10 +327,12 @@ class ReplyCollector:
         self.resolve(call, None, result)
 
     def resolve(self, call: PendingCall, error: BaseException | None, result: Any = None) -> None:
-        """Mark ``call`` done (once); its future is settled later, outside every lock."""
-        if call.done:
-            return
-        call.value, call.error, call.done = result, error, True  # one statement: first, always
+        """Mark ``call`` done (the first outcome wins); its future is settled later, outside
+        every lock.  Any thread may call this, holding the collector's lock or not."""
+        with self.resolve_lock:
+            if call.done:
+                return
+            call.value, call.error, call.done = result, error, True  # one statement, no call
         if call.future is not None:
             self._resolved.append(call)
         self._on_resolved(call, error)

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from executor.protocol import method_name
+
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
 _ERROR_METHODS = {"fail": "WorkerError", "exit": "ExecutorFailedError"}
 
@@ -150,7 +152,7 @@ class RecordingExecutor:
 
     def _record(self, method: Any, timeout: float | None, args: tuple[Any, ...],
                 non_block: bool, reply_rank: int | None, expect: Any) -> CallRecord:
-        name = method if isinstance(method, str) else getattr(method, "__name__", "callable")
+        name = method_name(method)
         if expect is UNKNOWN:
             expect = expected_result(method, args, reply_rank, self._ex.world_size,
                                      self._ex.worker_pids)

@@ -52,7 +52,7 @@ from executor.errors import (
 )
 from executor.launch import distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
-from executor.protocol import ALL_RANKS, REQUEST, describe_exit
+from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name
 from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
@@ -356,7 +356,7 @@ class MultiprocExecutor:
         self, method: Any, timeout: float | None, args: tuple, kwargs: dict,
         reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None, non_block: bool,
     ) -> PendingCall:
-        name = method if isinstance(method, str) else getattr(method, "__name__", "callable")
+        name = method_name(method)
         deadline = float("inf") if timeout is None else time.monotonic() + timeout
         ranks = list(range(self.config.world_size)) if reply_rank is None else [reply_rank]
         future = RpcFuture(self._collector) if non_block else None

@@ -57,6 +57,11 @@ def _traceback_text(exc: BaseException) -> str:
         return f"Traceback (most recent call last):\n{frames}{type(exc).__qualname__}: {safe_str(exc)}\n"
 
 
+def method_name(method: object) -> str:
+    """What a call is called in spans and messages: the method's name, or the callable's."""
+    return method if isinstance(method, str) else getattr(method, "__name__", "callable")
+
+
 def describe_exit(exitcode: int | None) -> str:
     """Say how a process ended, e.g. 'killed by SIGKILL' or 'exited with code 143 (SIGTERM)'."""
     if exitcode is None:

@@ -47,6 +47,7 @@ from executor.protocol import (
     REPLY_ERROR,
     REPLY_OK,
     RemoteError,
+    method_name,
 )
 from executor.serialization import decode, encode, peek
 from executor.shm import SegmentFd
@@ -438,10 +439,6 @@ def _lookup(worker: Any, name: str) -> Any:
 def _annotated(exc: BaseException, what: str) -> RemoteError:
     remote = RemoteError.capture(exc)
     return remote._replace(message=f"{what}: {remote.message}")
-
-
-def method_name(method: Any) -> str:
-    return method if isinstance(method, str) else getattr(method, "__name__", "callable")
 
 
 class _WorkerSpans:

@@ -24,11 +24,7 @@ def test_racing_resolvers_agree_on_one_outcome() -> None:
             (None, "the reply"), (TimeoutError("deadline"), None), (RuntimeError("failed"), None),
         ]
 
-        def resolve(error: BaseException | None, value: object) -> None:
-            start.wait()
-            collector.resolve(call, error, value)
-
-        threads = [threading.Thread(target=resolve, args=o) for o in outcomes]
+        threads = [threading.Thread(target=_resolve, args=(collector, call, start, *o)) for o in outcomes]
         for t in threads:
             t.start()
         for t in threads:
@@ -36,6 +32,12 @@ def test_racing_resolvers_agree_on_one_outcome() -> None:
         collector.settle_resolved()
         assert call.done and (call.error, call.value) in outcomes
         assert _outcome(future) == (call.error, call.value)  # the future got the winner's outcome
+
+
+def _resolve(collector: ReplyCollector, call: PendingCall, start: threading.Barrier,
+             error: BaseException | None, value: object) -> None:
+    start.wait()
+    collector.resolve(call, error, value)
 
 
 def _outcome(future: Future) -> tuple[BaseException | None, object]:

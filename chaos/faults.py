@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
+from executor import failpoints
+
 SIGNAL = "signal"
-WORKER_PHASES = (
-    "after_dequeue", "before_unpickle", "before_execute", "after_execute",
-    "before_pickle_reply", "before_reply", "after_reply",
-)
+WORKER_PHASES = tuple(p.removeprefix("worker.") for p in failpoints.WORKER_CALL_POINTS)
 CORRUPT_MODES = ("flip_payload", "truncate", "clobber_seq", "clobber_flags",
                  "clear_written", "all_ff",
                  "overwrite_unread", "drop")

@@ -28,6 +28,7 @@ from chaos import points
 from chaos.machine import WORLD_SIZE, ExecutorMachine, _signal
 from chaos.workloads import CallSpec
 from executor import CorruptMessageError, ExecutorFailedError, WorkerError, failpoints
+from executor.shm_queue import ChunkMeta
 
 _MIB = 1 << 20
 
@@ -131,7 +132,8 @@ class SurroundingsMachine(ExecutorMachine):
         """Flip a payload byte of the next request: the workers' checksum must catch it."""
         def damage(ring: Any, index: int, **_: Any) -> None:
             failpoints.disable("queue.before_publish")
-            points.DAMAGE["flip_payload"](ring.buf, ring.metas[index], ring.datas[index], 0)
+            meta = ChunkMeta(ring.buf, ring.metas[index])
+            points.DAMAGE["flip_payload"](meta, ring.buf, ring.datas[index], 0)
 
         failpoints.enable("queue.before_publish", damage)
         try:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 import time
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -24,15 +22,10 @@ from typing import Any
 from chaos import surroundings
 from chaos.control import ENV_VAR, ControlDir
 from chaos.plan import ResolvedFault
-from executor import failpoints, shm_queue
+from executor import failpoints
+from executor.shm_queue import ChunkMeta
 
 INSTALLER = "chaos.points:install"
-_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
-# Offsets inside a chunk's meta (see executor/shm_queue.py): written byte at 0, then
-# seq Q @8, msg_id Q @16, total Q @24, length I @32, flags I @36, data_crc I @40, meta_crc I @44.
-_SEQ, _LENGTH, _FLAGS, _META_CRC = 8, 32, 36, 44
-_READ_FLAGS_END = 49  # written flag through the first reader's read flag
-_FIRST, _LAST, _ABORT = 1, 2, 4
 
 
 class PointDispatcher:
@@ -100,55 +93,47 @@ def _raise(fault: Any, ctx: dict[str, Any]) -> None:
 
 def _corrupt(fault: Any, ctx: dict[str, Any]) -> None:
     ring, index = ctx["ring"], ctx["index"]
-    DAMAGE[fault.mode](ring.buf, ring.metas[index], ring.datas[index], ring.spec.n_chunks)
+    meta = ChunkMeta(ring.buf, ring.metas[index])
+    DAMAGE[fault.mode](meta, ring.buf, ring.datas[index], ring.spec.n_chunks)
 
 
-def _flip_payload(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    if _U32.unpack_from(buf, meta + _LENGTH)[0] > 0:
+def _flip_payload(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    if meta.read()["length"] > 0:
         buf[data] ^= 0xFF
 
 
-def _truncate(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    length = _U32.unpack_from(buf, meta + _LENGTH)[0]
-    _U32.pack_into(buf, meta + _LENGTH, max(0, length - 1))
-    _fix_meta_crc(buf, meta)  # consistent metadata: only the payload checksum can tell
+def _truncate(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    length = meta.read()["length"]
+    meta.write(length=max(0, length - 1), reseal=True)  # only the payload checksum can tell
 
 
-def _clobber_seq(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    _U64.pack_into(buf, meta + _SEQ, 0xFFFF_FFFF)
+def _clobber_seq(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    meta.write(seq=0xFFFF_FFFF, reseal=False)
 
 
-def _clobber_flags(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    flags = _U32.unpack_from(buf, meta + _FLAGS)[0]
-    _U32.pack_into(buf, meta + _FLAGS, flags ^ _FIRST)
+def _clobber_flags(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    meta.write(flags=meta.read()["flags"] ^ ChunkMeta.FIRST, reseal=False)
 
 
-def _overwrite_unread(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    seq = _U64.unpack_from(buf, meta + _SEQ)[0]
-    _U64.pack_into(buf, meta + _SEQ, seq + n_chunks)  # as if the writer lapped the reader
-    _fix_meta_crc(buf, meta)
+def _overwrite_unread(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    meta.write(seq=meta.read()["seq"] + n_chunks, reseal=True)  # as if the writer lapped the reader
 
 
-def _drop(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    flags = _U32.unpack_from(buf, meta + _FLAGS)[0]
-    _U32.pack_into(buf, meta + _FLAGS, (flags & ~(_FIRST | _LAST)) | _ABORT | _LAST)
-    _fix_meta_crc(buf, meta)
+def _drop(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    flags = meta.read()["flags"] & ~(ChunkMeta.FIRST | ChunkMeta.LAST)
+    meta.write(flags=flags | ChunkMeta.ABORT | ChunkMeta.LAST, reseal=True)
 
 
-def _clear_written(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    buf[meta] = 0  # after publish: a reader waiting for this chunk must not wait forever
+def _clear_written(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    meta.written = 0  # after publish: a reader waiting for this chunk must not wait forever
 
 
-def _all_ff(buf: Any, meta: int, data: int, n_chunks: int) -> None:
-    buf[meta : meta + _READ_FLAGS_END] = b"\xff" * _READ_FLAGS_END
+def _all_ff(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+    size = ChunkMeta.SIZE_WITH_FIRST_READ_FLAG
+    buf[meta.meta : meta.meta + size] = b"\xff" * size
 
 
 AFTER_PUBLISH = frozenset({"clear_written", "all_ff"})  # damage a chunk already visible
-
-
-def _fix_meta_crc(buf: Any, meta: int) -> None:
-    digest = getattr(shm_queue, "_digest", zlib.crc32)  # the queue's own check function
-    _U32.pack_into(buf, meta + _META_CRC, digest(buf[meta + _SEQ : meta + _META_CRC]) & 0xFFFFFFFF)
 
 
 ACTIONS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
@@ -164,7 +149,7 @@ _INTERRUPTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "mid_request": surroundings.interrupt_self, "before_unpickle_reply": surroundings.interrupt_self,
     "mid_reply": surroundings.interrupt_driver_from_worker,
 }
-DAMAGE: dict[str, Callable[[Any, int, int, int], None]] = {
+DAMAGE: dict[str, Callable[[ChunkMeta, Any, int, int], None]] = {
     "flip_payload": _flip_payload, "truncate": _truncate, "clobber_seq": _clobber_seq,
     "clobber_flags": _clobber_flags, "overwrite_unread": _overwrite_unread, "drop": _drop,
     "clear_written": _clear_written, "all_ff": _all_ff,

@@ -31,16 +31,18 @@ from collections.abc import Callable
 from typing import Any
 
 ENV_VAR = "FAULTLAB_FAILPOINTS"
-POINTS = frozenset(
-    {
-        "driver.before_pickle", "driver.before_enqueue", "driver.after_enqueue",
-        "driver.before_dequeue", "driver.after_dequeue", "queue.mid_chunk_write",
-        "queue.before_publish", "queue.after_publish",
-        "worker.after_dequeue", "worker.before_unpickle", "worker.before_execute",
-        "worker.after_execute", "worker.before_pickle_reply", "worker.before_reply",
-        "worker.after_reply", "worker.death_pipe",
-    }
+# A call's phases in a worker, in protocol order (chaos derives its worker phases from it).
+WORKER_CALL_POINTS = (
+    "worker.after_dequeue", "worker.before_unpickle", "worker.before_execute",
+    "worker.after_execute", "worker.before_pickle_reply", "worker.before_reply",
+    "worker.after_reply",
 )
+DRIVER_POINTS = (
+    "driver.before_pickle", "driver.before_enqueue", "driver.after_enqueue",
+    "driver.before_dequeue", "driver.after_dequeue",
+)
+QUEUE_POINTS = ("queue.mid_chunk_write", "queue.before_publish", "queue.after_publish")
+POINTS = frozenset({*DRIVER_POINTS, *QUEUE_POINTS, *WORKER_CALL_POINTS, "worker.death_pipe"})
 
 Action = Callable[..., None]
 

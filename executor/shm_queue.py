@@ -565,3 +565,43 @@ class QueueReader:
         )
         error.msg_id = msg_id
         return error
+
+
+class ChunkMeta:
+    """A chunk's metadata read and written by name, for tools that inspect or damage a ring
+    on purpose (chaos): the byte layout stays this module's business.
+
+    ``meta`` is the chunk's meta offset (``ring.metas[index]``)."""
+
+    FIELDS = ("seq", "msg_id", "total", "length", "flags", "data_crc")
+    FIRST, LAST, ABORT = FIRST, LAST, ABORT
+    SIZE_WITH_FIRST_READ_FLAG = _READ_FLAGS + 1  # written flag through reader 0's read flag
+
+    def __init__(self, buf: memoryview, meta: int) -> None:
+        self.buf, self.meta = buf, meta
+
+    def read(self) -> dict[str, int]:
+        return dict(zip(self.FIELDS, _META.unpack_from(self.buf, self.meta + _META_FIELDS), strict=True))
+
+    def write(self, *, reseal: bool, **changes: int) -> None:
+        """Change fields; ``reseal`` recomputes meta_crc so only other checks can tell."""
+        fields = self.read()
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise ValueError(f"unknown chunk metadata fields {sorted(unknown)}")
+        fields.update(changes)
+        _META.pack_into(self.buf, self.meta + _META_FIELDS, *(fields[f] for f in self.FIELDS))
+        if reseal:
+            self.reseal()
+
+    def reseal(self) -> None:
+        base = self.meta
+        _U32.pack_into(self.buf, base + _META_CRC, _digest(self.buf[base + _META_FIELDS : base + _META_CRC]))
+
+    @property
+    def written(self) -> int:
+        return int(self.buf[self.meta])
+
+    @written.setter
+    def written(self, value: int) -> None:
+        self.buf[self.meta] = value

@@ -21,9 +21,9 @@ import outsider_helpers as helpers
 
 
 def _sigint_after(delay: float) -> threading.Timer:
-    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    return timer
+    """A timer that sends SIGINT to this process; start it inside the ``try`` that catches
+    KeyboardInterrupt: with a tiny delay the signal can land while ``start()`` still waits."""
+    return threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
 
 
 def _call_in_step(ex: MultiprocExecutor, i: int) -> None:
@@ -42,6 +42,7 @@ def test_sigint_at_random_instants_of_a_streamed_reply(
         timer = _sigint_after(rng.uniform(0.0, 0.015))
         try:
             try:
+                timer.start()
                 assert ex.collective_rpc("echo", args=(payload,), timeout=20) == [payload, payload]
             finally:
                 timer.join()

@@ -206,14 +206,6 @@ def install_in_worker(worker: Any, ctl_path: str) -> list[str]:
     return install("worker", worker.rank, ctl_path)
 
 
-def fired_counts() -> dict[str, int]:
-    return dict(failpoints.fired)
-
-
-def fired_in_worker(worker: Any) -> dict[str, int]:
-    return dict(failpoints.fired)
-
-
 class CallCounter:
     """Driver side: counts calls per method, arms call-triggered faults, runs external ones."""
 

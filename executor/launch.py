@@ -147,11 +147,14 @@ def _start_one(
     reply_writer_r, reply_writer_w = ctx.Pipe(duplex=False)
     ready_r, ready_w = ctx.Pipe(duplex=False)
     boot = WorkerBootstrap(
-        wctx, cfg.worker, rpc_ring.spec, rpc_ring.segment.handle(), rpc_bell_r, wiring.child_ends[0],
-        reply_ring.spec, reply_ring.segment.handle(), reply_bell_w,
-        reply_writer_r, wiring.child_ends[1], wiring.death.fileno(), ready_w, method,
-        cfg.thread_cap(), policy, cfg.worker_exit_grace, trace,
-        keep_buffers=cfg.worker_keep_buffers,
+        ctx=wctx, worker=cfg.worker,
+        rpc=rpc_ring.spec, rpc_fd=rpc_ring.segment.handle(),
+        rpc_bell=rpc_bell_r, rpc_writer_bell=wiring.child_ends[0],
+        reply=reply_ring.spec, reply_fd=reply_ring.segment.handle(),
+        reply_bell=reply_bell_w, reply_writer_bell=reply_writer_r,
+        death=wiring.child_ends[1], ready=ready_w, start_method=method,
+        thread_cap=cfg.thread_cap(), wait_policy=policy, exit_grace_s=cfg.worker_exit_grace,
+        trace=trace, keep_buffers=cfg.worker_keep_buffers,
     )
     process = ctx.Process(  # type: ignore[attr-defined]
         target=worker_main, args=(boot,), name=f"faultlab-worker-{wctx.rank}", daemon=True

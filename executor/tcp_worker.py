@@ -62,7 +62,7 @@ log = logging.getLogger("executor.tcp")
 _DAMAGED = b"X"  # link -> main: a request failed authentication; then its (untrusted) msg_id
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class RemoteBootstrap:
     """Everything a remote worker process starts with (see ``ProcessBoot``)."""
 
@@ -73,7 +73,6 @@ class RemoteBootstrap:
     heartbeat_interval: float
     node_timeout: float
     death: Connection  # read end of the agent's death pipe
-    death_writer_fd: int
     start_method: str
     thread_cap: int
     wait_policy: WaitPolicy
@@ -318,9 +317,10 @@ def _start_remote(
     ctx = WorkerContext(rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
                         config.init_method, dict(cfg.worker_kwargs), cfg.async_scheduling)
     boot = RemoteBootstrap(
-        ctx, cfg.worker, driver, secret, cfg.heartbeat_interval, cfg.node_timeout, death_r,
-        death_w.fileno(), method, cfg.thread_cap(), config.wait_policy, cfg.worker_exit_grace,
-        config.trace,
+        ctx=ctx, worker=cfg.worker, driver=driver, secret=secret,
+        heartbeat_interval=cfg.heartbeat_interval, node_timeout=cfg.node_timeout, death=death_r,
+        start_method=method, thread_cap=cfg.thread_cap(), wait_policy=config.wait_policy,
+        exit_grace_s=cfg.worker_exit_grace, trace=config.trace,
     )
     process = mp.Process(target=remote_worker_main, args=(boot,), name=f"faultlab-worker-{rank}",
                          daemon=True)

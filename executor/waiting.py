@@ -133,13 +133,4 @@ class Sleeper:
             if self.doorbell is not None and self.doorbell.fd in readable:
                 self.doorbell.drain()
             if readable and any(fd in readable for fd in self.interrupt_fds):
-                self._check_interrupts(force=True)
-
-    def _check_interrupts(self, force: bool = False) -> None:
-        if not self.interrupt_fds:
-            return
-        if not force:
-            readable, _, _ = select.select(self.interrupt_fds, [], [], 0)
-            if not readable:
-                return
-        self.on_interrupt()
+                self.on_interrupt()

@@ -60,7 +60,7 @@ log = logging.getLogger("executor.worker")
 _PR_SET_PDEATHSIG = 1
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class WorkerBootstrap:
     """Everything a worker process is started with (pickled for spawn and forkserver)."""
 
@@ -75,7 +75,6 @@ class WorkerBootstrap:
     reply_bell: Connection  # write end: ring the driver when a reply chunk is published
     reply_writer_bell: Connection  # read end: the driver rings it when it frees a reply chunk
     death: Connection  # read end of the death pipe
-    death_writer_fd: int  # the driver's write end, inherited (and closed) under fork only
     ready: Connection  # write end: READY or the start-up error
     start_method: str
     thread_cap: int
@@ -94,7 +93,6 @@ class ProcessBoot(Protocol):
     ctx: WorkerContext
     worker: str
     death: Connection
-    death_writer_fd: int
     start_method: str
     thread_cap: int
     exit_grace_s: float
@@ -131,7 +129,7 @@ def worker_main(boot: WorkerBootstrap) -> None:
 
 def _prepare_process(boot: ProcessBoot) -> _ExitState:
     if boot.start_method == "fork":
-        death_pipes.close_inherited()  # ours (boot.death_writer_fd) and other executors'
+        death_pipes.close_inherited()  # the driver's write ends, ours and other executors'
 
     elif boot.start_method == "forkserver":
         _drop_forkserver_alive_fd()
@@ -290,17 +288,13 @@ class WorkerProc:
         self.rpc_ring = ShmRingBuffer(boot.rpc, boot.rpc_fd)
         reader = QueueReader(
             self.rpc_ring, self.rank, Doorbell(boot.rpc_bell.fileno()),
-            boot.rpc_writer_bell.fileno(), death, self._leave, boot.wait_policy,
+            boot.rpc_writer_bell.fileno(), death, leave_loop, boot.wait_policy,
         )
         writer = QueueWriter(
             self.reply_ring, [boot.reply_bell.fileno()], Doorbell(boot.reply_writer_bell.fileno()),
-            death, self._leave, boot.wait_policy,
+            death, leave_loop, boot.wait_policy,
         )
         return reader, writer
-
-    @staticmethod
-    def _leave() -> None:
-        raise _Leave
 
     def run(self) -> None:
         try:

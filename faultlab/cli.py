@@ -33,12 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # that part is not built yet
+        module = importlib.import_module(module_name)
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         module.configure(sub_parser)
         sub_parser.set_defaults(_run=module.run)

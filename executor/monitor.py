@@ -13,12 +13,13 @@ dropped can still be garbage-collected (and shut down by its finalizer).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
+
+from executor.wakeup import WakeupPipe
 
 DeathCallback = Callable[[int, int, int | None, int], None]
 
@@ -30,22 +31,18 @@ class WorkerMonitor(threading.Thread):
         super().__init__(name="faultlab-monitor", daemon=True)
         self._processes = list(processes)
         self._on_death = on_death
-        self._stop_r, self._stop_w = os.pipe()
-        self._closed = False  # guarded by _lock: never write to a recycled fd number
-        self._lock = threading.Lock()
+        self._stop_pipe = WakeupPipe()
 
     def stop(self) -> None:
         """Make the thread return without reporting anything; safe to call any time."""
-        with self._lock:
-            if not self._closed:
-                os.write(self._stop_w, b"\1")
+        self._stop_pipe.wake()
 
     def run(self) -> None:
         try:
             by_sentinel = {fd: (rank, p) for rank, p, fd in self._processes}
-            ready = wait([*by_sentinel, self._stop_r])
+            ready = wait([*by_sentinel, self._stop_pipe.r])
             detected_ns = time.time_ns()
-            if self._stop_r in ready:
+            if self._stop_pipe.r in ready:
                 return
             rank, process = min(by_sentinel[s] for s in ready if s in by_sentinel)
             process.join(1.0)  # reap, so the exit code is known
@@ -57,8 +54,4 @@ class WorkerMonitor(threading.Thread):
 
     def close(self) -> None:
         """Release the stop pipe (the thread does it when it returns); idempotent."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                os.close(self._stop_r)
-                os.close(self._stop_w)
+        self._stop_pipe.close()

@@ -28,6 +28,7 @@ from executor.monitor import WorkerMonitor
 from executor.shm_queue import ShmRingBuffer
 from executor.stopping import stop_processes
 from executor.tcp_driver import DriverHub
+from executor.wakeup import WakeupPipe
 
 log = logging.getLogger("executor")
 
@@ -43,8 +44,9 @@ class ExecutorResources:
         self.monitor: WorkerMonitor | None = None
         self.hub: DriverHub | None = None  # nnodes > 1 only
         self.secret_dir: str | None = None  # a private temp dir holding a generated secret file
-        self.cancel_r, self.cancel_w = os.pipe()
-        self.cancel_closed = False  # guarded by lock: never write to a recycled fd number
+        # Written once at failure or shutdown and never drained: every later wait wakes at once.
+        self.cancel_pipe = WakeupPipe()
+        self.cancel_r = self.cancel_pipe.r
         self.lock = threading.Lock()
         # Held by whoever writes the rpc queue / reads reply queues.  Releasing memory and
         # fds takes both, so no thread is inside a queue wait when they go.
@@ -66,9 +68,7 @@ class ExecutorResources:
         """Wake every thread waiting on a queue of this executor; they find it failed."""
         if not self.owned():
             return
-        with self.lock:
-            if not self.cancel_closed:
-                os.write(self.cancel_w, b"\1")  # never drained: every later wait wakes at once
+        self.cancel_pipe.wake()
 
     def shutdown(self) -> None:
         if not self.owned():
@@ -140,10 +140,7 @@ class ExecutorResources:
             conns += [self.wiring.rpc_writer_bell, self.wiring.death]
         for conn in conns:
             conn.close()
-        with self.lock:
-            self.cancel_closed = True
-            os.close(self.cancel_r)
-            os.close(self.cancel_w)
+        self.cancel_pipe.close()
         self._close_hub()
 
     def _close_hub(self) -> None:

@@ -53,6 +53,7 @@ from executor.tcp_wire import (
     unseal,
 )
 from executor.waiting import WaitPolicy
+from executor.wakeup import WakeupPipe
 
 log = logging.getLogger("executor.tcp")
 LostCallback = Callable[[int, list[int], str], None]
@@ -103,9 +104,7 @@ class DriverHub(threading.Thread):
         self.requests_out.connect(base + "-requests")
         self.replies_in = _socket(self.ctx, zmq.PULL)  # executor side, under the reply lock
         self.replies_in.connect(base + "-replies")
-        self._stop_r, self._stop_w = os.pipe()
-        self._stop_lock = threading.Lock()  # guards _stop_closed: never write a recycled fd
-        self._stop_closed = False
+        self._stop_pipe = WakeupPipe()
         self._ranks = {rank_identity(r): r for r in cfg.remote_ranks}
         self._cond = threading.Condition()
         self.pids: dict[int, int] = {}  # rank -> pid, from READY; guarded by _cond
@@ -128,12 +127,12 @@ class DriverHub(threading.Thread):
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self._requests_in, zmq.POLLIN)
-        poller.register(self._stop_r, zmq.POLLIN)
+        poller.register(self._stop_pipe.r, zmq.POLLIN)
         next_beat = 0.0
         try:
             while self.lost is None:
                 events = dict(poller.poll(poll_ms(self.cfg.heartbeat_interval)))
-                if self._stop_r in events:
+                if self._stop_pipe.r in events:
                     break
                 if self.router in events:
                     self._drain(self.router, self._on_network)
@@ -275,9 +274,7 @@ class DriverHub(threading.Thread):
 
     def stop(self) -> None:
         """Make the thread say BYE and close its sockets; safe to call any time, any thread."""
-        with self._stop_lock:
-            if not self._stop_closed:
-                os.write(self._stop_w, b"\1")
+        self._stop_pipe.wake()
 
     def close(self) -> None:
         """After the thread ended and no executor thread uses its ends: release everything."""
@@ -287,11 +284,7 @@ class DriverHub(threading.Thread):
             self._term_on_exit = True
         elif not self.is_alive():
             self.ctx.term()
-        with self._stop_lock:
-            if not self._stop_closed:
-                self._stop_closed = True
-                os.close(self._stop_r)
-                os.close(self._stop_w)
+        self._stop_pipe.close()
 
 
 class TcpBroadcastWriter:

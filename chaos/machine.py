@@ -67,6 +67,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from chaos import resources
 from chaos.strategies import TIMEOUTS, rpc_calls, unique_args
 from chaos.workloads import CallSpec
 from executor import ExecutorConfig, ExecutorFailedError, MultiprocExecutor, WorkerError
@@ -507,5 +508,4 @@ def _wait_gone(pid: int, within_s: float) -> bool:
 
 
 def _our_segments() -> set[str]:
-    prefix = f"faultlab_{os.getpid()}_"
-    return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
+    return resources.shm_names(owner=os.getpid())

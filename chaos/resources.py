@@ -19,8 +19,10 @@ from collections.abc import Iterable
 
 import psutil
 
-SHM_DIR = "/dev/shm"
-_SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+from executor.shm import PREFIX, SHM_DIR
+
+# multiprocessing's own session-long helpers: started once per process, not a leak.
+SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,21 +52,30 @@ def _session_helper_fds() -> set[int]:
     return {fd for fd in held if isinstance(fd, int)}
 
 
-def _children() -> set[int]:
-    pids = set()
+def child_processes(include_zombies: bool = True) -> list[psutil.Process]:
+    """This process's descendants, without multiprocessing's session helpers."""
+    found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if not any(h in " ".join(child.cmdline()) for h in _SESSION_HELPERS):
-                pids.add(child.pid)
+            if not include_zombies and child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if not any(h in " ".join(child.cmdline()) for h in SESSION_HELPERS):
+                found.append(child)
         except psutil.Error:
             continue
-    return pids
+    return found
+
+
+def shm_names(owner: int | None = None) -> set[str]:
+    """The project's names in /dev/shm: all of them, or those of process ``owner``."""
+    prefix = PREFIX if owner is None else f"{PREFIX}{owner}_"
+    return {n for n in os.listdir(SHM_DIR) if n.startswith(prefix)}
 
 
 def snapshot() -> Snapshot:
-    return Snapshot(frozenset(n for n in os.listdir(SHM_DIR) if n.startswith("faultlab_")),
-                    _fds(), frozenset(t.ident or 0 for t in threading.enumerate()),
-                    frozenset(_children()))
+    return Snapshot(frozenset(shm_names()), _fds(),
+                    frozenset(t.ident or 0 for t in threading.enumerate()),
+                    frozenset(p.pid for p in child_processes()))
 
 
 def process_state(pid: int) -> str:
@@ -107,7 +118,7 @@ def leaks(before: Snapshot, worker_pids: Iterable[int], owner_pid: int, ignore_p
                  for fd, target in sorted(after.fds.items())
                  if before.fds.get(fd) != target and not target.startswith(ignore)
                  and fd not in helpers]
-    new_children = sorted(_children() - before.children)
+    new_children = sorted({p.pid for p in child_processes()} - before.children)
     problems += [f"child process {pid} ({process_state(pid)}) was left behind"
                  for pid in new_children]
     return problems

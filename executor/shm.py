@@ -32,6 +32,8 @@ import re
 import secrets
 from multiprocessing import context, reduction
 
+import psutil
+
 from executor.errors import SharedMemoryError
 
 PREFIX = "faultlab_"
@@ -166,16 +168,6 @@ def unlink(name: str) -> bool:
     return True
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale() -> list[str]:
     """Unlink faultlab segments whose owner process is dead; returns the names removed.
 
@@ -187,6 +179,6 @@ def sweep_stale() -> list[str]:
         return removed
     for entry in entries:
         match = _NAME_RE.match(entry)
-        if match and not _pid_alive(int(match.group(1))) and unlink(entry):
+        if match and not psutil.pid_exists(int(match.group(1))) and unlink(entry):
             removed.append(entry)
     return removed

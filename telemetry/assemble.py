@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from telemetry import journal as j
 
@@ -249,15 +250,7 @@ class JournalTail:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or psutil.pid_exists(pid)
 
 
 def read_run(run_dir: str | os.PathLike[str]) -> list[RecordedSpan]:

@@ -18,29 +18,19 @@ import time
 
 import psutil
 
+from chaos import resources
 from executor.shm import PREFIX, SHM_DIR
 
-SESSION_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 _OWNER_RE = re.compile(rf"^{PREFIX}(\d+)_")
 
 
 def children() -> list[psutil.Process]:
-    alive = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.NoSuchProcess:
-            continue
-        if not any(helper in cmdline for helper in SESSION_HELPERS):
-            alive.append(child)
-    return alive
+    return resources.child_processes(include_zombies=False)
 
 
 def shm_names() -> set[str]:
     """The project's names in /dev/shm now (anyone's pid: the check filters by owner)."""
-    return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}
+    return resources.shm_names()
 
 
 def _ours(name: str) -> bool:

@@ -16,10 +16,10 @@ import re
 
 import psutil
 import pytest
-from broken import IgnoresLostNodes
 from helpers import real_violations
 
 from chaos import Bounds, FaultPlan, KillNode, Outcome, run_scenario
+from chaos.mutants import IgnoresLostNodes
 from chaos.resources import process_state
 from chaos.workloads import CallSpec, rpc_sequence
 from executor import ExecutorConfig

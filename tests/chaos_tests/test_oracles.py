@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-import broken
 import pytest
 
 from chaos import Bounds, FaultPlan, KillDriver, KillWorker, run_scenario
+from chaos import mutants as broken
 from chaos.recording import RecordingExecutor
 from executor import ExecutorConfig, MultiprocExecutor
 

@@ -4,18 +4,18 @@ exhausted resources.  Two halves:
     real executor      each scenario passes: no violation (these fail until the executor
                        itself is fixed: the issue's defects 1-7 and 9)
     broken executors   each oracle reports the defect re-created on top of the executor
-                       (tests/chaos_tests/broken.py), so none of them can pass vacuously
+                       (chaos/mutants.py), so none of them can pass vacuously
 """
 
 from __future__ import annotations
 
 import threading
 
-import broken
 import pytest
 from helpers import real_violations
 
 from chaos import Bounds, FaultPlan, KillWorker, PlanError, run_scenario
+from chaos import mutants as broken
 from chaos.faults import ForkInDriver, ForkInWorker, InterruptDriver
 from chaos.outcomes import TINY_CHUNKS, Outcome
 from chaos.workloads import BUILTIN, standard

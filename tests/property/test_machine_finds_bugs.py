@@ -18,7 +18,6 @@ candidate costs a bound of real time); the nightly profile shrinks fully.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -28,60 +27,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from hypothesis_profiles import PROFILE, PROFILE_NAME
 
 from chaos.machine import ExecutorMachine
+from chaos.mutants import DrainsTargetFirst, DropsDeadline, IgnoresRequestIds, SwallowsDeath
 from chaos.strategies import call_spec
 from executor import MultiprocExecutor
-from executor.calls import PendingCall, ReplyCollector
-from executor.serialization import peek
-
-
-class _NoIdCheck(ReplyCollector):
-    def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
-        got = self.readers[rank].read(None if deadline == float("inf") else deadline)
-        if got is None:
-            return None
-        _msg_id, frame = got  # BUG: the reply's id is never compared with the call's
-        kind, _ = peek(frame)
-        return self._decode(rank, call, kind, frame)
-
-
-class IgnoresRequestIds(MultiprocExecutor):
-    """Takes the next reply in the queue as this call's, even a timed-out call's late reply."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self._collector.__class__ = _NoIdCheck
-
-
-class DropsDeadline(MultiprocExecutor):
-    """Ignores ``timeout``: waits for the reply however long it takes."""
-
-    def collective_rpc(self, method: Any, timeout: float | None = None, *a: Any, **kw: Any) -> Any:
-        return super().collective_rpc(method, None, *a, **kw)
-
-
-class SwallowsDeath(MultiprocExecutor):
-    """Never acts on the monitor's news of a dead worker."""
-
-    def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
-        pass
-
-
-class _TargetFirst(ReplyCollector):
-    def drain_until(self, call: PendingCall, limit: float) -> None:
-        with self.lock:  # BUG: jump the asked-for call to the front of the line
-            if call in self.pending and self.pending[0] is not call:
-                self.pending.remove(call)
-                self.pending.appendleft(call)
-        super().drain_until(call, limit)
-
-
-class DrainsTargetFirst(MultiprocExecutor):
-    """``result()`` collects its own call first; earlier calls' replies get dropped as stale."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self._collector.__class__ = _TargetFirst
-
 
 BROKEN = [IgnoresRequestIds, DropsDeadline, SwallowsDeath, DrainsTargetFirst]
 

@@ -1,7 +1,11 @@
-"""Deliberately broken executors: each breaks one promise, so each oracle can be shown failing.
+"""Mutants: deliberately broken executors, each breaking one promise, so that every oracle
+and every property test can be shown failing on a run that breaks it.
 
-They live in their own module (not a test file) so that a kill-the-driver scenario's
-subprocess can import them by name.
+    an oracle or property ──runs against──► a mutant ──must report──► the promise it breaks
+
+They ship with chaos (not the tests) so that a driver subprocess can import them by name,
+and so that users can check their own oracles the same way.  They reach into executor
+internals on purpose: a broken executor is a patched one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 import executor.death_pipes
 import executor.worker_proc
 from executor import MultiprocExecutor
+from executor.calls import PendingCall, ReplyCollector
+from executor.serialization import peek
 
 
 class DropsDeadline(MultiprocExecutor):
@@ -147,7 +153,7 @@ class PoisonedByAggregator(MultiprocExecutor):
                 self._poison = exc
                 raise
 
-        return super().collective_rpc(method, *a, aggregator=remember, **kw)
+        return super().collective_rpc(method, *a, **{**kw, "aggregator": remember})
 
 
 class CallbacksUnderLock(MultiprocExecutor):
@@ -276,3 +282,40 @@ class StopsAtRaisingCallback(MultiprocExecutor):
                 callback()
             except Exception:  # noqa: BLE001 - the bug: the rest are skipped
                 return
+
+
+# ---------------------------------------------------------------- for the property tests
+
+class _NoIdCheck(ReplyCollector):
+    def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
+        got = self.readers[rank].read(None if deadline == float("inf") else deadline)
+        if got is None:
+            return None
+        _msg_id, frame = got  # BUG: the reply's id is never compared with the call's
+        kind, _ = peek(frame)
+        return self._decode(rank, call, kind, frame)
+
+
+class IgnoresRequestIds(MultiprocExecutor):
+    """Takes the next reply in the queue as this call's, even a timed-out call's late reply."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._collector.__class__ = _NoIdCheck
+
+
+class _TargetFirst(ReplyCollector):
+    def drain_until(self, call: PendingCall, limit: float) -> None:
+        with self.lock:  # BUG: jump the asked-for call to the front of the line
+            if call in self.pending and self.pending[0] is not call:
+                self.pending.remove(call)
+                self.pending.appendleft(call)
+        super().drain_until(call, limit)
+
+
+class DrainsTargetFirst(MultiprocExecutor):
+    """``result()`` collects its own call first; earlier calls' replies get dropped as stale."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._collector.__class__ = _TargetFirst

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree as ET
 
+from chaos.recovery import RecoveryResult, run_recovery
 from chaos.scenario import ScenarioResult, run_scenario
 from chaos.suites import Scenario, Suite
 
-Progress = Callable[[int, int, Scenario, ScenarioResult | None], None]
+Progress = Callable[[int, int, Any, Any], None]  # (i, n, scenario, its result or None)
+AnyResult = ScenarioResult | RecoveryResult
 
 
 def slug(name: str) -> str:
@@ -39,41 +41,59 @@ def run_one(scenario: Scenario, seed: int, out: Path, start_method: str | None =
 def run_suite(suite: Suite, seed: int, out: Path, progress: Progress | None = None,
               start_method: str | None = None, only: str | None = None) -> list[ScenarioResult]:
     scenarios = [s for s in suite.scenarios if only is None or re.search(only, s.name)]
-    results = []
+    recovery = [s for s in suite.recovery if only is None or re.search(only, s.name)]
+    total = len(scenarios) + len(recovery)
+    results: list[Any] = []
     for i, scenario in enumerate(scenarios):
         if progress:
-            progress(i, len(scenarios), scenario, None)
+            progress(i, total, scenario, None)
         result = run_one(scenario, seed, out / slug(scenario.name), start_method)
         results.append(result)
         if progress:
-            progress(i, len(scenarios), scenario, result)
+            progress(i, total, scenario, result)
+    for i, rscenario in enumerate(recovery, start=len(scenarios)):
+        if progress:
+            progress(i, total, rscenario, None)
+        rresult = run_recovery(rscenario, seed, out / slug(rscenario.name))
+        results.append(rresult)
+        if progress:
+            progress(i, total, rscenario, rresult)
     (out / "summary.json").write_text(json.dumps([summary_row(r) for r in results], indent=2))
     return results
 
 
-def summary_row(r: ScenarioResult) -> dict[str, Any]:
-    return {"name": r.name, "ok": r.ok, "expected": r.expected and r.expected.value,
+def summary_row(r: AnyResult) -> dict[str, Any]:
+    return {"name": r.name, "ok": r.ok, "recovered": _recovered(r),
+            "expected": r.expected and r.expected.value,
             "outcome": r.outcome and r.outcome.value, "faults": len(r.faults),
             "detection_latency_s": r.detection_latency_s, "wall_s": round(r.wall_s, 3),
             "violations": [str(v) for v in r.violations]}
 
 
-def print_summary(results: list[ScenarioResult], stream: TextIO = sys.stdout) -> None:
+def _recovered(r: AnyResult) -> str:
+    """The "recovered" column: yes/no for recovery scenarios, "-" for the others."""
+    if not isinstance(r, RecoveryResult):
+        return "-"
+    return "yes" if r.recovered else "no"
+
+
+def print_summary(results: list[AnyResult], stream: TextIO = sys.stdout) -> None:
     width = max([len(r.name) for r in results] + [8])
     stream.write(f"{'scenario':<{width}}  {'result':6}  {'expected':13}  {'observed':13}  "
-                 f"{'detect ms':>9}  {'wall s':>6}\n")
+                 f"{'detect ms':>9}  {'wall s':>6}  recovered\n")
     for r in results:
         latency = "" if r.detection_latency_s is None else f"{r.detection_latency_s * 1e3:.1f}"
         stream.write(f"{r.name:<{width}}  {'ok' if r.ok else 'FAIL':6}  "
                      f"{(r.expected and r.expected.value) or '-':13}  "
-                     f"{(r.outcome and r.outcome.value) or '-':13}  {latency:>9}  {r.wall_s:6.2f}\n")
+                     f"{(r.outcome and r.outcome.value) or '-':13}  {latency:>9}  {r.wall_s:6.2f}"
+                     f"  {_recovered(r)}\n")
         for v in r.violations:
             stream.write(f"    {v}\n")
     failed = sum(not r.ok for r in results)
     stream.write(f"\n{len(results) - failed} passed, {failed} failed\n")
 
 
-def write_junit(results: list[ScenarioResult], suite_name: str, path: Path, wall_s: float) -> None:
+def write_junit(results: list[AnyResult], suite_name: str, path: Path, wall_s: float) -> None:
     failures = sum(not r.ok for r in results)
     suite = ET.Element("testsuite", name=f"chaos.{suite_name}", tests=str(len(results)),
                        failures=str(failures), errors="0", time=f"{wall_s:.3f}")
@@ -93,7 +113,7 @@ def write_junit(results: list[ScenarioResult], suite_name: str, path: Path, wall
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def stderr_progress(i: int, n: int, scenario: Scenario, result: ScenarioResult | None) -> None:
+def stderr_progress(i: int, n: int, scenario: Any, result: Any) -> None:
     if result is None:
         sys.stderr.write(f"[{i + 1}/{n}] {scenario.name} ... ")
     else:

@@ -4,6 +4,8 @@
     [[scenario]]                 name, workload ("standard" | "module:function") or calls,
       [scenario.config]          ExecutorConfig overrides, expect (an outcome or "auto"),
       [[scenario.faults]]        kind + the fault's fields (see chaos.faults)
+    [[recovery]]                 a model-generation scenario under a recovery policy
+                                 (chaos.recovery: fault, rank, steps, policy, tp, pp, ...)
 
 Built-in suites live beside this module (``chaos/suites/*.toml``); ``load_suite`` takes a
 name or a path.  Every error names the file and the key, e.g.
@@ -22,6 +24,7 @@ from typing import Any
 from chaos.faults import Fault, PlanError, fault_from_dict
 from chaos.outcomes import Outcome
 from chaos.plan import FaultPlan, check_ranks
+from chaos.recovery import RecoveryScenario
 from chaos.workloads import BUILTIN, CallSpec, Workload, rpc_sequence
 from executor import ExecutorConfig
 
@@ -106,6 +109,7 @@ class Suite:
     seed: int
     description: str
     scenarios: tuple[Scenario, ...]
+    recovery: tuple[RecoveryScenario, ...] = ()
 
 
 def suite_path(name_or_path: str) -> Path:
@@ -131,7 +135,7 @@ def load_suite(name_or_path: str) -> Suite:
 
 
 def _suite(data: dict[str, Any], path: Path) -> Suite:
-    _no_unknown(data, {"suite", "scenario"}, "")
+    _no_unknown(data, {"suite", "scenario", "recovery"}, "")
     head = data.get("suite", {})
     _no_unknown(head, _SUITE_KEYS, "suite")
     seed = head.get("seed", 0)
@@ -139,14 +143,17 @@ def _suite(data: dict[str, Any], path: Path) -> Suite:
         raise PlanError(f"suite.seed: must be an integer, got {seed!r}")
     defaults = _config(head.get("config", {}), "suite.config")
     scenarios = _list(data, "scenario", "")
-    if not scenarios:
-        raise PlanError("scenario: the suite has no [[scenario]] tables")
+    recovery = tuple(RecoveryScenario.from_dict(r, f"recovery[{i}]")
+                     for i, r in enumerate(_list(data, "recovery", "")))
+    if not scenarios and not recovery:
+        raise PlanError("scenario: the suite has no [[scenario]] or [[recovery]] tables")
     built = tuple(Scenario.from_dict(s, f"scenario[{i}]", defaults) for i, s in enumerate(scenarios))
-    names = [s.name for s in built]
+    names = [s.name for s in built] + [r.name for r in recovery]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise PlanError(f"scenario.name: duplicate scenario names {dupes}")
-    return Suite(head.get("name", path.stem), path, seed, head.get("description", ""), built)
+    return Suite(head.get("name", path.stem), path, seed, head.get("description", ""), built,
+                 recovery)
 
 
 def _no_unknown(data: Any, known: set[str], where: str) -> None:

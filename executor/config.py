@@ -49,6 +49,12 @@ class ExecutorConfig:
     secret_file: str | None = None
     heartbeat_interval: float = 0.5  # seconds between heartbeats on each TCP link
     node_timeout: float = 10.0  # a remote worker silent this long counts as dead (and the driver, for it)
+    # ex.restart() (executor/restart.py): how many new incarnations of the workers one
+    # executor may start in its life (a start-up that fails counts too), and the pause
+    # before a retried start-up: restart_backoff, doubling per retry, up to restart_backoff_max.
+    restart_budget: int = 3
+    restart_backoff: float = 0.05
+    restart_backoff_max: float = 2.0
 
     def __post_init__(self) -> None:
         _check_worker_spec(self.worker)
@@ -69,6 +75,11 @@ class ExecutorConfig:
             _check_positive(name, getattr(self, name))
         if self.node_timeout <= self.heartbeat_interval:
             raise ValueError("node_timeout must be longer than heartbeat_interval")
+        _check_int("restart_budget", self.restart_budget, minimum=0)
+        for name in ("restart_backoff", "restart_backoff_max"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 60:
+                raise ValueError(f"{name} must be a number of seconds in 0..60, got {value!r}")
         if self.start_method is not None and self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
         if self.worker_threads is not None:

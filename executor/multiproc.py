@@ -78,12 +78,19 @@ class MultiprocExecutor:
         self._failure: ExecutorFailedError | None = None  # set once: failed, or shut down
         self._failed = False  # the executor failed (not merely shut down): callbacks are due
         self._callbacks: list[FailureCallback] = []
-        self._callbacks_ran = False  # set once, under _state_lock, by whoever runs them
+        self._callbacks_ran = False  # set once per incarnation, under _state_lock, by whoever runs them
+        # restart() (executor/restart.py) starts a new incarnation of every worker after a
+        # failure; incarnation counts them (0 = the first), restarts_used against the budget.
+        self.incarnation = 0
+        self.restarts_used = 0
+        self._restart_lock = threading.Lock()  # one restart at a time; shutdown() waits for it
+        self._closed = False  # shutdown() was called: never restart again
         self._state_lock = threading.Lock()
         self._send_lock = self._res.send_lock
         self._ids = itertools.count(1)
         self._rec = self._res.rec
         self.started_ns = time.time_ns()
+        self._wait_policy = wait_policy  # every incarnation's queues wait the same way
         try:
             self._start(wait_policy)
         except BaseException:
@@ -235,6 +242,9 @@ class MultiprocExecutor:
     def register_failure_callback(self, callback: FailureCallback) -> None:
         """Call ``callback()`` once when the executor fails; at once if it already has.
 
+        After ``restart()`` the callbacks stay registered: each failure of each incarnation
+        runs them once (``ex.incarnation`` says which incarnation failed).
+
         Every way of failing counts (worker death, node loss, queue damage, a protocol
         error); a plain ``shutdown()`` is not a failure.  A callback that raises is logged."""
         self._check_owner()
@@ -243,8 +253,20 @@ class MultiprocExecutor:
                 self._callbacks.append(callback)
                 return
             failed = self._failed
+            if failed:  # reported now, and again if a restarted incarnation fails
+                self._callbacks.append(callback)
         if failed:
             _run_callback(callback)
+
+    def restart(self, reason: str = "restart requested") -> None:
+        """Replace every worker with a new incarnation; see executor/restart.py.
+
+        Fails the current incarnation first if it is still serving (``reason`` names why).
+        Raises ``ExecutorFailedError`` when the budget is spent or after ``shutdown()``."""
+        from executor.restart import restart_workers
+
+        self._check_owner()
+        restart_workers(self, reason)
 
     def check_health(self) -> None:
         """Raise ExecutorFailedError if the executor failed or any worker is gone."""
@@ -294,6 +316,10 @@ class MultiprocExecutor:
         In a forked child it does nothing: the workers belong to the parent."""
         if not self._res.owned():
             return
+        self._closed = True
+        cfg = self.config  # a restart in progress sees _closed and gives up: wait for it
+        if self._restart_lock.acquire(timeout=cfg.startup_timeout + cfg.shutdown_grace + 10):
+            self._restart_lock.release()
         with self._state_lock:
             if self._failure is None:
                 self._failure = ExecutorFailedError("the executor was shut down")
@@ -470,6 +496,8 @@ class MultiprocExecutor:
         return on_death
 
     def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
+        if pid not in (h.pid for h in self._res.handles):
+            return  # a worker of an earlier incarnation: that one has been failed already
         error = ExecutorFailedError(
             f"worker rank {rank} (pid {pid}) {describe_exit(exitcode)}; the executor has shut "
             "down and every pending call failed", rank=rank, pid=pid, exitcode=exitcode,
@@ -526,7 +554,7 @@ class MultiprocExecutor:
             if self._callbacks_ran:
                 return
             self._callbacks_ran = True
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks = list(self._callbacks)  # kept: a restarted executor reports its next failure too
         for callback in callbacks:
             _run_callback(callback)
 

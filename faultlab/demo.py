@@ -1,9 +1,16 @@
-"""``faultlab demo``: the engine on the built-in tensor/pipeline-parallel model.
+"""``faultlab demo``: the engine on the built-in tensor/pipeline-parallel model, and by
+default a fault it recovers from.
 
-    seed ─► random prompts ─► LLMEngine ─► MultiprocExecutor ─► ModelWorker x (tp * pp)
-                                  │
+    seed ─► random prompts ─► LLMEngine(policy) ─► MultiprocExecutor ─► ModelWorker x (tp * pp)
+                                  │   └─ after step N: SIGKILL worker rank R (faultlab/demo_fault.py)
+                                  │      ─► detection ─► restart ─► requests rebuilt ─► first token
                                   ├─► stderr: progress
-                                  └─► stdout: tokens per request and tokens/s (or one JSON object)
+                                  └─► stdout: tokens per request, the recovery timeline, whether
+                                      the tokens match a fault-free run (the same executor, after),
+                                      where the trace is, and tokens/s (or one JSON object)
+
+``--no-fault`` is plain generation; ``--fault``, ``--fault-step``, ``--fault-rank`` and
+``--policy`` choose what breaks and what the engine does about it.
 
 The seed draws both the prompts and the model weights, so one seed names one run; TP=1,
 TP=2 and PP=2 print the same tokens for it.  torch is imported only inside ``run``.
@@ -23,6 +30,7 @@ import sys
 import time
 from typing import Any
 
+from faultlab.demo_fault import FAULTS, DemoFault, timeline, trace_location
 from faultlab.usage import UsageError, int_in, positive_seconds
 
 WORKER = "executor.model.worker:ModelWorker"
@@ -42,6 +50,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="keep two batches in flight even without pipeline parallelism")
     parser.add_argument("--step-timeout", type=positive_seconds, default=60.0,
                         help="seconds one step may take before the run fails (60)")
+    parser.add_argument("--no-fault", action="store_true", help="plain generation, no fault")
+    parser.add_argument("--fault", choices=FAULTS, default="kill",
+                        help="what hits the worker mid-generation (kill; hang sets a 1 s "
+                             "step timeout)")
+    parser.add_argument("--fault-step", type=at_least_1, default=None,
+                        help="the fault hits after this many steps (default: half of --max-tokens)")
+    parser.add_argument("--fault-rank", type=int_in(0), default=None,
+                        help="the worker rank hit (default: the last)")
+    parser.add_argument("--policy", choices=("restart", "fail_stop"), default="restart",
+                        help="recovery policy (restart)")
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object on stdout (none on a usage error)")
 
@@ -58,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
     model = ModelConfig.from_kwargs(worker_kwargs(args))
     check_sequence_limit(args, model.max_positions)
+    fault = make_fault(args)
     prompts = make_prompts(args.seed, args.requests, args.prompt_len, model.vocab_size)
     try:
-        report = _generate(args, prompts)
+        report = _generate(args, prompts, fault)
     except Exception as exc:  # noqa: BLE001  (any failure ends the demo as one clear report)
         return _report_failure(args, exc)
     _print_report(args, report)
@@ -81,13 +100,30 @@ def check_sequence_limit(args: argparse.Namespace, max_positions: int) -> None:
                          f"lower one so their sum is at most {max_positions}")
 
 
-def _generate(args: argparse.Namespace, prompts: dict[str, list[int]]) -> dict[str, Any]:
+def make_fault(args: argparse.Namespace) -> DemoFault | None:
+    """The fault the flags ask for (None with --no-fault); ranks and steps checked here."""
+    if args.no_fault:
+        return None
+    world = args.tp * args.pp
+    rank = world - 1 if args.fault_rank is None else args.fault_rank
+    if rank >= world:
+        raise UsageError(f"--fault-rank {rank}: the ranks are 0..{world - 1} (tp x pp)")
+    step = max(1, args.max_tokens // 2) if args.fault_step is None else args.fault_step
+    if step >= args.max_tokens:
+        raise UsageError(f"--fault-step {step}: the run has {args.max_tokens} steps at most; "
+                         "pick a smaller step, raise --max-tokens, or use --no-fault")
+    return DemoFault(args.fault, step, rank)
+
+
+def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
+              fault: DemoFault | None) -> dict[str, Any]:
     # Imported here first so that workers started by fork inherit torch instead of each
     # importing it again (start-up 0.1 s instead of 2 s on two cores).
     import torch  # noqa: F401
 
     from executor import ExecutorConfig, MultiprocExecutor
     from faultlab.engine import LLMEngine
+    from faultlab.recovery import RecoveryPolicy
 
     cfg = ExecutorConfig(worker=WORKER, tensor_parallel_size=args.tp,
                          pipeline_parallel_size=args.pp, worker_kwargs=worker_kwargs(args),
@@ -97,15 +133,44 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]]) -> dict[s
         startup_s = time.perf_counter() - started
         _progress_line(f"{cfg.tensor_parallel_size * cfg.pipeline_parallel_size} workers "
                        f"ready in {startup_s:.2f}s")
-        engine = LLMEngine(executor, step_timeout=args.step_timeout)
-        outputs = engine.generate(prompts, args.max_tokens, progress=_Progress())
+        step_timeout = 1.0 if fault is not None and fault.kind == "hang" else args.step_timeout
+        engine = LLMEngine(executor, step_timeout=step_timeout,
+                           recovery=RecoveryPolicy(args.policy))
+        progress = _Progress()
+        if fault is not None:
+            fault.executor = executor
+
+        def each_step(stats: Any) -> None:
+            progress(stats)
+            if fault is not None:
+                fault(stats)
+
+        outputs = engine.generate(prompts, args.max_tokens, progress=each_step)
         stats = engine.stats
-    return {"outputs": outputs, "tokens_per_s": stats.tokens_per_s,
+        recovery = _recovery_report(fault, engine, executor, prompts, args.max_tokens, outputs)
+    return {"outputs": outputs, "recovery": recovery, "tokens_per_s": stats.tokens_per_s,
             "generated_tokens": stats.generated_tokens, "steps": stats.steps,
             "elapsed_s": stats.elapsed_s, "startup_s": startup_s, "prompts": prompts,
             "tp": args.tp, "pp": args.pp, "seed": args.seed,
             "async_scheduling": args.async_scheduling,
             "max_concurrent_batches": executor.max_concurrent_batches}
+
+
+def _recovery_report(fault: DemoFault | None, engine: Any, executor: Any,
+                     prompts: dict[str, list[int]], max_tokens: int,
+                     outputs: dict[str, list[int]]) -> dict[str, Any] | None:
+    """The timeline, and the same prompts once more without a fault on the same executor."""
+    if fault is None:
+        return None
+    from faultlab.engine import LLMEngine
+
+    reference = LLMEngine(executor, step_timeout=60).generate(prompts, max_tokens)
+    same = sum(outputs[rid] == reference[rid] for rid in prompts)
+    return {"fault": fault.describe() if fault.fired_at is not None else None,
+            "timeline": [{"ms": round(ms, 2), "event": e, "detail": d}
+                         for ms, e, d in timeline(fault, engine.recovery)],
+            "tokens_match": same == len(prompts), "requests_identical": same,
+            "incarnation": getattr(executor, "incarnation", 0), "trace": trace_location()}
 
 
 class _Progress:
@@ -136,9 +201,25 @@ def _print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
     for request_id, tokens in report["outputs"].items():
         prompt = report["prompts"][request_id]
         print(f"{request_id} (prompt {len(prompt)} tokens): {' '.join(map(str, tokens))}")
+    _print_recovery(report.get("recovery"), len(report["outputs"]))
     print(f"tp={args.tp} pp={args.pp}: {report['generated_tokens']} tokens in "
           f"{report['elapsed_s']:.2f}s = {report['tokens_per_s']:.1f} tokens/s "
           f"({report['steps']} steps; start-up {report['startup_s']:.2f}s)")
+
+
+def _print_recovery(recovery: dict[str, Any] | None, n_requests: int) -> None:
+    if recovery is None:
+        return
+    if recovery["fault"] is None:
+        print("fault: none fired (the run ended first)")
+        return
+    print("recovery timeline (ms after the fault):")
+    for row in recovery["timeline"]:
+        print(f"  {row['ms']:9.1f}  {row['event']:<11}  {row['detail']}")
+    verdict = "yes" if recovery["tokens_match"] else "NO"
+    print(f"tokens match a fault-free run: {verdict} ({recovery['requests_identical']}/"
+          f"{n_requests} requests identical)")
+    print(recovery["trace"])
 
 
 def _report_failure(args: argparse.Namespace, exc: Exception) -> int:

@@ -17,7 +17,10 @@ Failure: any error from a step (``ExecutorFailedError``, ``WorkerError``, ``Time
 ...) leaves the ranks' KV caches out of step with each other, so it is fatal: every pending
 request's Future fails with ``RequestFailedError`` naming the cause (rank, pid, signal), the
 engine refuses further work, and ``run`` raises ``EngineFailedError``.  Nothing waits longer
-than the step timeout (plus slack) for a reply.
+than the step timeout (plus slack) for a reply.  That is the ``fail_stop`` policy, the
+default; under ``restart`` (faultlab/recovery.py) a failed step restarts the workers and
+rebuilds every unfinished request's KV cache from its prompt and tokens so far instead, and
+a request fails only when its own retry budget is spent.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Protocol
 
 from executor.errors import ExecutorFailedError
 from executor.model.batch import ModelBatch, ModelOutput
+from faultlab.recovery import FAIL_STOP, Recovery, RecoveryPolicy
 
 # A future that the executor should have ended by its own deadline gets this much longer
 # before the engine stops waiting on its own (guards against a wedged executor).
@@ -79,17 +83,24 @@ class Request:
     output_token_ids: list[int] = dataclasses.field(default_factory=list)
     future: Future[list[int]] = dataclasses.field(default_factory=Future)
     in_flight: bool = False
+    retries: int = 0  # recoveries this request went through (faultlab/recovery.py)
+    # While its KV cache is rebuilt after a restart: how many of its output tokens the
+    # workers have produced again (they are fed back, not appended); None otherwise.
+    replay: int | None = None
 
     @property
     def done(self) -> bool:
         return len(self.output_token_ids) >= self.max_new_tokens
 
     def next_input(self) -> tuple[tuple[int, ...], int]:
-        """The tokens to feed next and the position of the first of them."""
-        if not self.output_token_ids:
+        """The tokens to feed next and the position of the first of them.
+
+        A rebuild replays the original steps one by one (prompt, then each output token),
+        so every step computes exactly what the uninterrupted run did."""
+        k = len(self.output_token_ids) if self.replay is None else self.replay
+        if k == 0:
             return self.prompt_token_ids, 0
-        position = len(self.prompt_token_ids) + len(self.output_token_ids) - 1
-        return (self.output_token_ids[-1],), position
+        return (self.output_token_ids[k - 1],), len(self.prompt_token_ids) + k - 1
 
 
 @dataclasses.dataclass
@@ -127,7 +138,8 @@ class LLMEngine:
     """Drives the model worker through an executor; single-threaded, call from one thread."""
 
     def __init__(self, executor: ExecutorLike, *, step_timeout: float | None = None,
-                 max_concurrent_batches: int | None = None) -> None:
+                 max_concurrent_batches: int | None = None,
+                 recovery: RecoveryPolicy = FAIL_STOP) -> None:
         self.executor = executor
         self.step_timeout = step_timeout
         self.slots = max_concurrent_batches or executor.max_concurrent_batches
@@ -138,6 +150,7 @@ class LLMEngine:
         self._to_free: list[str] = []  # finished ids whose KV cache the ranks still hold
         self._next_step_id = 0
         self.failure: EngineFailedError | None = None
+        self.recovery = Recovery.for_policy(recovery, executor)  # None under fail_stop
 
     # ----------------------------------------------------------------- requests
 
@@ -173,9 +186,9 @@ class LLMEngine:
             if not self._in_flight:
                 return []
             return self._complete_oldest()
-        except Exception as exc:
-            self._fail(exc)
-            raise self._failure() from exc
+        except Exception as exc:  # noqa: BLE001 - re-raised unless recovered
+            self._fail_or_recover(exc)
+            return []
 
     def run(self, progress: Callable[[EngineStats], None] | None = None) -> dict[str, list[int]]:
         """Step until every request is done; return request id -> generated tokens."""
@@ -192,9 +205,14 @@ class LLMEngine:
     def generate(self, prompts: Mapping[str, Sequence[int]], max_new_tokens: int,
                  progress: Callable[[EngineStats], None] | None = None) -> dict[str, list[int]]:
         """Add every prompt, run to completion, and return tokens in the prompts' order."""
-        for request_id, prompt in prompts.items():
-            self.add_request(request_id, prompt, max_new_tokens)
+        futures = {rid: self.add_request(rid, prompt, max_new_tokens)
+                   for rid, prompt in prompts.items()}
         outputs = self.run(progress)
+        lost = [rid for rid in prompts if rid not in outputs]
+        if lost:  # only the restart policy loses a request and goes on with the others
+            error = futures[lost[0]].exception(timeout=0)
+            raise EngineFailedError(f"{len(lost)} of {len(prompts)} requests lost: "
+                                    f"{error}") from error
         return {request_id: outputs[request_id] for request_id in prompts}
 
     def free_finished(self) -> None:
@@ -202,9 +220,8 @@ class LLMEngine:
         if self._to_free and not self._in_flight and self.failure is None:
             try:
                 self._call(self._make_batch([]), non_block=False)
-            except Exception as exc:
-                self._fail(exc)
-                raise self._failure() from exc
+            except Exception as exc:  # noqa: BLE001 - re-raised unless recovered
+                self._fail_or_recover(exc)  # restarted workers hold no cache to free
 
     # ----------------------------------------------------------------- steps
 
@@ -266,7 +283,12 @@ class LLMEngine:
         for request_id, token in zip(output.request_ids, output.sampled_token_ids, strict=True):
             request = self._requests[request_id]
             request.in_flight = False
+            if request.replay is not None and self.recovery is not None:
+                self.recovery.replayed(request, token)
+                continue
             request.output_token_ids.append(token)
+            if self.recovery is not None:
+                self.recovery.new_token()
             self.stats.generated_tokens += 1
             if request.done:
                 finished.append(self._finish(request))
@@ -280,6 +302,16 @@ class LLMEngine:
         return request
 
     # ----------------------------------------------------------------- failure
+
+    def _fail_or_recover(self, cause: Exception) -> None:
+        """Recover under the ``restart`` policy; else (or if that fails) fail and raise."""
+        if self.recovery is not None:
+            error = self.recovery.recover(self, cause)
+            if error is None:
+                return
+            cause = error
+        self._fail(cause)
+        raise self._failure() from cause
 
     def _fail(self, cause: BaseException) -> None:
         """Fail every pending request with one error naming ``cause``; idempotent."""
@@ -370,13 +402,13 @@ Engine = LLMEngine
 
 
 def generation_workload(prompts: Mapping[str, Sequence[int]], max_new_tokens: int, *,
-                        step_timeout: float | None = 30.0
+                        step_timeout: float | None = 30.0, recovery: RecoveryPolicy = FAIL_STOP,
                         ) -> Callable[[ExecutorLike], dict[str, list[int]]]:
     """A workload for chaos scenarios: ``workload(executor)`` generates every prompt on the
     model worker and returns the tokens, or raises ``EngineFailedError`` naming the fault."""
 
     def workload(executor: ExecutorLike) -> dict[str, list[int]]:
-        engine = LLMEngine(executor, step_timeout=step_timeout)
+        engine = LLMEngine(executor, step_timeout=step_timeout, recovery=recovery)
         return engine.generate(prompts, max_new_tokens)
 
     return workload

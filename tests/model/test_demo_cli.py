@@ -134,3 +134,36 @@ def test_demo_seed_must_fit_the_generator() -> None:
     done = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--seed", "-1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     _assert_usage_error(done, "--seed: must be an integer in 0..")
+
+
+def test_demo_by_default_recovers_from_a_killed_worker_with_the_same_tokens() -> None:
+    done = _demo("--requests", "2", "--max-tokens", "6", "--tp", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    events = [line.split()[1] for line in lines if line.startswith("  ")]
+    assert events == ["fault", "detection", "restart", "first"]  # "first token"
+    assert "SIGKILL to worker rank 1" in done.stdout and "after step 3" in done.stdout
+    assert "tokens match a fault-free run: yes (2/2 requests identical)" in done.stdout
+    assert any(line.startswith("trace: ") for line in lines)
+    assert "tokens/s" in lines[-1]
+
+
+def test_demo_no_fault_and_json_recovery_fields() -> None:
+    plain = _demo("--requests", "2", "--max-tokens", "4", "--no-fault")
+    assert plain.returncode == 0 and "timeline" not in plain.stdout
+    report = _json_report(_demo("--json", "--requests", "2", "--max-tokens", "4", "--fault", "sigterm",
+                         "--fault-step", "1", "--fault-rank", "0"))
+    recovery = report["recovery"]
+    assert recovery["tokens_match"] and recovery["incarnation"] == 1
+    assert [row["event"] for row in recovery["timeline"]][:3] == ["fault", "detection", "restart"]
+
+
+def test_demo_fail_stop_policy_fails_naming_the_rank() -> None:
+    done = _demo("--requests", "2", "--max-tokens", "4", "--policy", "fail_stop")
+    assert done.returncode == 1
+    assert "worker rank 0" in done.stderr and "SIGKILL" in done.stderr
+
+
+def test_demo_fault_flags_are_checked_before_starting() -> None:
+    _assert_usage_error(_demo("--fault-rank", "2"), "--fault-rank 2", "0..0")
+    _assert_usage_error(_demo("--max-tokens", "4", "--fault-step", "4"), "--fault-step 4")

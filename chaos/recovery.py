@@ -1,0 +1,264 @@
+"""Recovery scenarios: generate on the model, hit a worker at a seeded step, and check that
+the ``restart`` policy finishes every request with the fault-free tokens.
+
+    seed ─► fault step in [first, last] ─► fault-free reference (TP=1, same prompts, weights)
+    MultiprocExecutor(model) ─► LLMEngine(policy) ─ step ... step k: the fault ─► ... done
+    oracles: every request finished │ tokens == reference │ recovery within the bound │
+             no rebuilt token differed │ nothing of an old incarnation (process, segment,
+             thread, fd) left after shutdown
+    ─► DIR/<scenario>/result.json and a row of the suite summary ("recovered" yes/no)
+
+Faults: ``kill`` (SIGKILL), ``sigterm``, ``hang`` (SIGSTOP, caught by the step timeout) and
+``corrupt`` (the rpc ring's chunk metadata overwritten: the queue reports the damage).  Under
+``fail_stop`` the expected outcome is the old one: the engine fails, naming the rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from chaos import resources
+from chaos.faults import PlanError
+from chaos.oracles import Violation
+from chaos.outcomes import Outcome
+
+FAULTS = ("kill", "sigterm", "hang", "corrupt")
+WORKER = "executor.model.worker:ModelWorker"
+_KEYS = {"name", "fault", "rank", "steps", "policy", "tp", "pp", "async_scheduling",
+         "requests", "max_tokens", "step_timeout", "recovery_bound_s"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryScenario:
+    name: str
+    fault: str = "kill"
+    rank: int = 1
+    steps: tuple[int, int] = (3, 10)  # the fault hits after a seeded step in this range
+    policy: str = "restart"
+    tp: int = 2
+    pp: int = 1
+    async_scheduling: bool = False
+    requests: int = 4
+    max_tokens: int = 20
+    step_timeout: float = 30.0  # a hang is caught by it: hang scenarios set ~1 s
+    recovery_bound_s: float = 10.0  # detection to the first new token
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> RecoveryScenario:
+        unknown = sorted(set(data) - _KEYS)
+        if unknown:
+            raise PlanError(f"{where}.{unknown[0]}: unknown key; known: {sorted(_KEYS)}")
+        fields: dict[str, Any] = {k: (tuple(v) if k == "steps" else v) for k, v in data.items()}
+        try:
+            scenario = cls(**fields)
+            scenario.check(where)
+        except (TypeError, ValueError) as exc:  # PlanError is a ValueError
+            raise PlanError(str(exc) if isinstance(exc, PlanError) else f"{where}: {exc}") from None
+        return scenario
+
+    def check(self, where: str) -> None:
+        if self.fault not in FAULTS:
+            raise PlanError(f"{where}.fault: must be one of {FAULTS}, got {self.fault!r}")
+        if self.policy not in ("restart", "fail_stop"):
+            raise PlanError(f"{where}.policy: must be restart or fail_stop, got {self.policy!r}")
+        if not 0 <= self.rank < self.tp * self.pp:
+            raise PlanError(f"{where}.rank: {self.rank} is not a rank of tp {self.tp} x pp "
+                            f"{self.pp}")
+        first, last = self.steps
+        if not 1 <= first <= last < self.max_tokens:
+            raise PlanError(f"{where}.steps: need 1 <= first <= last < max_tokens "
+                            f"({self.max_tokens}), got {list(self.steps)}")
+
+    def fault_step(self, seed: int) -> int:
+        """The step after which the fault hits: drawn from the seed and the name only."""
+        return random.Random(seed ^ zlib.crc32(self.name.encode())).randint(*self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclasses.dataclass
+class RecoveryResult:
+    """One recovery scenario's outcome; the attributes the suite summary reads, and more."""
+
+    name: str
+    seed: int
+    violations: list[Violation]
+    out_dir: Path
+    expected: Outcome
+    outcome: Outcome | None
+    wall_s: float
+    fault_step: int
+    recovered: bool = False
+    detection_latency_s: float | None = None  # fault to the first new token after recovery
+    tokens_recomputed: int = 0
+    requests_lost: int = 0
+    faults: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k != "violations"}
+        data.update(ok=self.ok, out_dir=str(self.out_dir), expected=self.expected.value,
+                    outcome=self.outcome and self.outcome.value,
+                    violations=[{"invariant": v.invariant, "message": v.message}
+                                for v in self.violations])
+        return data
+
+
+_REFERENCE: dict[tuple[int, int, int], dict[str, list[int]]] = {}
+
+
+def prompts_for(scenario: RecoveryScenario, seed: int) -> dict[str, list[int]]:
+    from faultlab.demo import make_prompts
+
+    return make_prompts(seed, scenario.requests, 12, 512)
+
+
+def reference_tokens(scenario: RecoveryScenario, seed: int) -> dict[str, list[int]]:
+    """The fault-free run's tokens (TP=1: the model computes the same for every layout)."""
+    key = (seed, scenario.requests, scenario.max_tokens)
+    if key not in _REFERENCE:
+        from executor import ExecutorConfig, MultiprocExecutor
+        from faultlab.engine import LLMEngine
+
+        cfg = ExecutorConfig(worker=WORKER, start_method="fork", worker_kwargs={"seed": seed})
+        with MultiprocExecutor(cfg) as ex:
+            _REFERENCE[key] = LLMEngine(ex, step_timeout=60).generate(
+                prompts_for(scenario, seed), scenario.max_tokens)
+    return _REFERENCE[key]
+
+
+def run_recovery(scenario: RecoveryScenario, seed: int, out: Path) -> RecoveryResult:
+    """Run one scenario into ``out`` (result.json); see the module docstring."""
+    import torch  # noqa: F401  (before the fork: workers inherit it)
+
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    reference = reference_tokens(scenario, seed)
+    before = resources.snapshot()
+    run = _FaultedRun(scenario, seed)
+    run.execute()
+    leaks = resources.leaks(before, run.all_pids, os.getpid(), (str(out),))
+    result = _judge(scenario, seed, out, run, reference, leaks, time.monotonic() - t0)
+    (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    return result
+
+
+class _FaultedRun:
+    """The engine under one fault; what the oracles need, collected."""
+
+    def __init__(self, scenario: RecoveryScenario, seed: int) -> None:
+        self.scenario, self.seed = scenario, seed
+        self.step = scenario.fault_step(seed)
+        self.outputs: dict[str, list[int]] = {}
+        self.errors: dict[str, str] = {}
+        self.all_pids: list[int] = []
+        self.old_alive: list[str] = []
+        self.fault_at: float | None = None
+        self.engine: Any = None
+        self.engine_error = ""
+
+    def execute(self) -> None:
+        from executor import ExecutorConfig, MultiprocExecutor
+        from faultlab.engine import EngineFailedError, LLMEngine
+        from faultlab.recovery import RecoveryPolicy
+
+        s = self.scenario
+        cfg = ExecutorConfig(worker=WORKER, tensor_parallel_size=s.tp, pipeline_parallel_size=s.pp,
+                             start_method="fork", async_scheduling=s.async_scheduling,
+                             worker_kwargs={"seed": self.seed, "collective_timeout_s": 30})
+        with MultiprocExecutor(cfg) as ex:
+            self.all_pids += ex.worker_pids
+            self.engine = LLMEngine(ex, step_timeout=s.step_timeout,
+                                    recovery=RecoveryPolicy(s.policy))
+            futures = {rid: self.engine.add_request(rid, p, s.max_tokens)
+                       for rid, p in prompts_for(s, self.seed).items()}
+            try:
+                self._loop(ex)
+            except EngineFailedError as exc:
+                self.engine_error = str(exc)
+            self._collect(futures)
+            self.all_pids += [p for p in ex.worker_pids if p not in self.all_pids]
+            self.old_alive = [f"pid {p} of an old incarnation is {state}"
+                              for p in self.all_pids if p not in ex.worker_pids
+                              and (state := resources.process_state(p)) == "alive"]
+
+    def _loop(self, ex: Any) -> None:
+        while self.engine.has_unfinished():
+            self.engine.step()
+            if self.fault_at is None and self.engine.stats.steps >= self.step:
+                self.fault_at = time.perf_counter()
+                inject(ex, self.scenario.fault, self.scenario.rank)
+
+    def _collect(self, futures: dict[str, Any]) -> None:
+        for rid, future in futures.items():
+            error = future.exception(timeout=0) if future.done() else RuntimeError("unfinished")
+            if error is None:
+                self.outputs[rid] = future.result()
+            else:
+                self.errors[rid] = str(error)
+
+
+def inject(ex: Any, fault: str, rank: int) -> None:
+    """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver."""
+    if fault == "corrupt":
+        from chaos.points import DAMAGE
+
+        ring = ex._res.rings[0]  # the rpc ring: the next request's chunk is damaged
+        for index in range(ring.spec.n_chunks):
+            DAMAGE["all_ff"](ring.buf, ring.metas[index], ring.datas[index], ring.spec.n_chunks)
+        return
+    sig = {"kill": signal.SIGKILL, "sigterm": signal.SIGTERM, "hang": signal.SIGSTOP}[fault]
+    os.kill(ex.worker_pids[rank], sig)
+
+
+def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
+           reference: dict[str, list[int]], leaks: list[str], wall_s: float) -> RecoveryResult:
+    recovery = run.engine.recovery
+    records = recovery.records if recovery is not None else []
+    first = next((r.first_token_at for r in records if r.first_token_at is not None), None)
+    latency = None if first is None or run.fault_at is None else first - run.fault_at
+    recovered = bool(records) and not run.errors and not run.engine_error
+    result = RecoveryResult(
+        s.name, seed, [], out, Outcome.RECOVER if s.policy == "restart" else Outcome.FAIL_FAST,
+        Outcome.RECOVER if recovered else Outcome.FAIL_FAST if run.errors else None, wall_s,
+        run.step, recovered, latency, sum(r.tokens_recomputed for r in records),
+        len(run.errors), [{"kind": s.fault, "rank": s.rank, "step": run.step}])
+    result.violations = _oracles(s, run, reference, leaks, result, recovery)
+    return result
+
+
+def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[int]],
+             leaks: list[str], result: RecoveryResult, recovery: Any) -> list[Violation]:
+    v = [Violation("leak", p) for p in leaks + run.old_alive]
+    if run.fault_at is None:
+        v.append(Violation("fault", f"the run ended before step {run.step}: no fault hit"))
+    if s.policy == "fail_stop":
+        if not run.errors or "rank" not in run.engine_error:
+            v.append(Violation("fail_stop", "expected every request to fail naming the rank; "
+                                            f"got {len(run.errors)} failed"))
+        return v
+    v += [Violation("finished", f"request {rid} did not finish: {e}") for rid, e in run.errors.items()]
+    v += [Violation("tokens", f"request {rid}: tokens differ from the fault-free run's")
+          for rid, tokens in run.outputs.items() if tokens != reference.get(rid)]
+    if recovery is not None and recovery.mismatches:
+        v.append(Violation("tokens", f"{recovery.mismatches} rebuilt token(s) differed"))
+    latency = result.detection_latency_s
+    if result.recovered and (latency is None or latency > s.recovery_bound_s):
+        v.append(Violation("recovery_time", f"fault to first new token took {latency} s "
+                                            f"(bound {s.recovery_bound_s:g} s)"))
+    if not result.recovered and not v:
+        v.append(Violation("recovered", "the fault hit but no recovery was recorded"))
+    return v

@@ -1,0 +1,164 @@
+"""Restarting the worker group in place: a new incarnation of every rank.
+
+    ex.restart(reason)
+      ├─ still serving? fail it first: calls in flight get ExecutorFailedError, callbacks run
+      ├─ wait for that incarnation's shutdown: processes reaped, rings, pipes, monitor gone
+      └─ attempt, while the budget lasts (back-off before each retry):
+           fresh ExecutorResources ─► ex._start(): new rings (memfd), pipes, processes, a new
+           torch.distributed init_method port, READY from every rank
+           ├─ start-up fails: that attempt's resources are shut down; it counted; retry
+           └─ READY: under send, reply and state locks: failure cleared, incarnation + 1
+
+Invariants:
+- The executor object, its config, its registered failure callbacks and its callers stay;
+  only what ``ExecutorResources`` owns is replaced.  The send and reply locks are handed on
+  to the new resources, so a caller that picked up the lock before the swap still excludes
+  every other writer and reader after it.
+- Until the swap, ``ex._failure`` stays set: every call fails at once, nothing waits on the
+  half-started incarnation.  A worker that dies before the swap (its monitor's report is
+  swallowed then) is found right after it and fails the new incarnation as usual.
+- Every attempt, successful or not, counts against ``restart_budget``; a start-up is bounded
+  by ``startup_timeout``; a failed attempt shuts its own resources down, so nothing leaks.
+- ``shutdown()`` during a restart wins: the restart stops what it started and raises.
+- Failure callbacks must not call ``restart()`` (they run on the failing thread, possibly
+  the one restarting): restart from the caller, as the engine does.
+- One node only: with ``nnodes > 1`` the remote agents would have to start the new
+  incarnation; ``restart()`` raises instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from executor.errors import ExecutorFailedError, describe
+from executor.resources import ExecutorResources
+
+if TYPE_CHECKING:
+    from executor.multiproc import MultiprocExecutor
+
+
+class RestartAborted(ExecutorFailedError):
+    """``shutdown()`` was called while a restart was starting workers."""
+
+
+def restart_workers(ex: MultiprocExecutor, reason: str) -> None:
+    """Fail the current incarnation if needed, then start a new one (see module doc)."""
+    cfg = ex.config
+    if cfg.nnodes > 1:
+        raise ExecutorFailedError(
+            f"restart() supports one node only; this executor spans {cfg.nnodes} nodes "
+            "(restart the remote `faultlab worker` agents with a new executor instead)")
+    with ex._restart_lock:
+        _check_open(ex)
+        span = _start_span(ex, reason)
+        try:
+            _restart_locked(ex, reason)
+        except BaseException as exc:
+            if span is not None:
+                span.end(exc)
+            raise
+        if span is not None:
+            span.set_attribute("faultlab.incarnation", ex.incarnation)
+            span.end()
+
+
+def _restart_locked(ex: MultiprocExecutor, reason: str) -> None:
+    cfg = ex.config
+    errors: list[str] = []
+    attempt = 0
+    while True:
+        _fail_current(ex, reason)
+        _wait_old(ex)
+        _check_open(ex)
+        if ex.restarts_used >= cfg.restart_budget:
+            raise ExecutorFailedError(
+                f"restart budget spent ({ex.restarts_used} of {cfg.restart_budget} restarts "
+                f"used; raise ExecutorConfig.restart_budget); the executor stays failed"
+                + (f"; this restart's attempts failed: {'; '.join(errors)}" if errors else ""))
+        if attempt:
+            time.sleep(backoff_s(cfg.restart_backoff, cfg.restart_backoff_max, attempt))
+        attempt += 1
+        ex.restarts_used += 1
+        try:
+            _start_incarnation(ex)
+            return
+        except RestartAborted:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a fault during restart: count it, retry
+            errors.append(f"attempt {attempt}: {describe(exc)}")
+            reason = f"attempt {attempt} of the restart failed"
+
+
+def backoff_s(base: float, cap: float, attempt: int) -> float:
+    """The pause before retry ``attempt`` (1, 2, ...): ``base`` doubling, at most ``cap``."""
+    return float(min(base * 2 ** (attempt - 1), cap))
+
+
+def _check_open(ex: MultiprocExecutor) -> None:
+    if ex._closed or (ex._failure is not None and not ex._failed):
+        raise RestartAborted("the executor was shut down; it cannot restart")
+
+
+def _fail_current(ex: MultiprocExecutor, reason: str) -> None:
+    """A hung or healthy incarnation is failed like any other (callbacks run once)."""
+    if ex._failure is None:
+        ex._fail(ExecutorFailedError(f"restart requested: {reason}; every pending call "
+                                     "failed"), inline=True)
+
+
+def _wait_old(ex: MultiprocExecutor) -> None:
+    """The old incarnation's processes are reaped and its memory and pipes closed."""
+    res = ex._res
+    res.shutdown()
+    thread = res.failure_thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(ex.config.shutdown_grace + ex.config.sigterm_grace + 10)
+
+
+def _start_incarnation(ex: MultiprocExecutor) -> None:
+    old = ex._res
+    res = ExecutorResources(ex.config)
+    res.send_lock, res.reply_lock = old.send_lock, old.reply_lock
+    ex._res = res  # ex._failure is still set: callers keep failing at once
+    ex._finalizer.detach()
+    ex._finalizer = weakref.finalize(ex, res.shutdown)
+    try:
+        ex._start(ex._wait_policy)
+        _go_live(ex, res)
+    except BaseException:
+        res.shutdown()
+        raise
+    _report_early_death(ex, res)
+
+
+def _go_live(ex: MultiprocExecutor, res: ExecutorResources) -> None:
+    """Swap in the new incarnation; lock order as elsewhere: send, reply, state."""
+    with res.send_lock, res.reply_lock, ex._state_lock:
+        if ex._closed:
+            raise RestartAborted("the executor was shut down while it restarted")
+        ex._send_lock = res.send_lock
+        ex._failure, ex._failed, ex._callbacks_ran = None, False, False
+        ex.incarnation += 1
+    if ex._rec.enabled:
+        ex._rec.event("executor.incarnation", {"faultlab.incarnation": ex.incarnation,
+                                               "faultlab.worker_pids": str(ex.worker_pids)})
+
+
+def _report_early_death(ex: MultiprocExecutor, res: ExecutorResources) -> None:
+    """A worker that died before the swap: its monitor's report found the executor failed."""
+    for h in res.handles:
+        code = h.process.exitcode
+        if code is not None:
+            ex._on_worker_death(h.rank, h.pid, code, time.time_ns())
+            raise ExecutorFailedError(f"worker rank {h.rank} of the new incarnation died "
+                                      "during the restart")
+
+
+def _start_span(ex: MultiprocExecutor, reason: str) -> Any:
+    if not ex._rec.enabled:
+        return None
+    return ex._rec.start_span("executor.restart", None, {
+        "faultlab.reason": reason, "faultlab.from_incarnation": ex.incarnation})

@@ -1,0 +1,152 @@
+"""Restart in place: a new incarnation of every worker; the executor object survives.
+
+    fault (SIGKILL, SIGTERM, hang)  ─► in-flight calls fail ─► ex.restart() ─► new pids,
+    fresh rings, same executor ─► calls succeed; budget and faults during restart bounded
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from executor import ExecutorConfig, ExecutorFailedError, MultiprocExecutor
+from executor.restart import backoff_s
+
+
+def _gone(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            pass
+    return True
+
+
+def _sleep_in_thread(ex: MultiprocExecutor) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            ex.collective_rpc("sleep", args=(30,), timeout=60)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.2)
+    return thread, errors
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_restart_after_death_serves_from_new_processes(
+        make_executor: Callable[..., MultiprocExecutor], sig: int) -> None:
+    ex = make_executor()
+    failures: list[int] = []
+    ex.register_failure_callback(lambda: failures.append(ex.incarnation))
+    old = ex.worker_pids
+    thread, errors = _sleep_in_thread(ex)
+    os.kill(old[1], sig)
+    thread.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], ExecutorFailedError)
+    ex.restart()
+    assert ex.incarnation == 1 and not ex.is_failed
+    assert ex.collective_rpc("echo", args=("again",)) == ["again", "again"]
+    new = ex.worker_pids
+    assert not set(new) & set(old) and _gone(old)
+    assert failures == [0]  # the failure ran the callbacks once
+
+
+def test_restart_of_a_hung_incarnation_fails_its_calls(
+        make_executor: Callable[..., MultiprocExecutor]) -> None:
+    ex = make_executor(start_method="fork")
+    thread, errors = _sleep_in_thread(ex)  # a worker "hangs" in a 30 s call
+    ex.restart("step timeout")
+    thread.join(10)
+    assert len(errors) == 1 and "step timeout" in str(errors[0])
+    assert ex.collective_rpc("get_rank") == [0, 1]
+
+
+def test_callbacks_run_once_per_failed_incarnation(
+        make_executor: Callable[..., MultiprocExecutor]) -> None:
+    ex = make_executor(start_method="fork")
+    seen: list[int] = []
+    ex.register_failure_callback(lambda: seen.append(ex.incarnation))
+    for _ in range(2):
+        os.kill(ex.worker_pids[0], signal.SIGKILL)
+        _wait_failed(ex)
+        ex.restart()
+    late: list[int] = []
+    ex.register_failure_callback(lambda: late.append(ex.incarnation))
+    assert seen == [0, 1] and late == []
+    ex.shutdown()  # a shutdown is no failure
+    assert seen == [0, 1] and late == []
+
+
+def test_budget_spent_leaves_the_executor_failed(
+        make_executor: Callable[..., MultiprocExecutor]) -> None:
+    ex = make_executor(start_method="fork", restart_budget=1)
+    ex.restart()
+    with pytest.raises(ExecutorFailedError, match="restart budget spent"):
+        ex.restart()
+    assert ex.is_failed and ex.incarnation == 1
+    with pytest.raises(ExecutorFailedError):
+        ex.collective_rpc("echo", args=(1,))
+
+
+@pytest.mark.parametrize("worker", ["restart_helpers:FlagFailWorker",
+                                    "restart_helpers:FlagExitWorker"])
+def test_fault_during_restart_counts_and_retries(
+        make_executor: Callable[..., MultiprocExecutor], tmp_path: Path, worker: str) -> None:
+    flag = tmp_path / "fail"
+    ex = make_executor(start_method="fork", worker=worker, restart_budget=3,
+                       restart_backoff=0.01, worker_kwargs={"fail_flag": str(flag)})
+    flag.touch()
+    with pytest.raises(ExecutorFailedError, match="attempt 3") as info:
+        ex.restart()
+    assert "attempt 1" in str(info.value) and ex.restarts_used == 3 and ex.is_failed
+    with pytest.raises(ExecutorFailedError, match="budget spent"):
+        ex.restart()
+
+
+def test_fault_during_restart_then_success(
+        make_executor: Callable[..., MultiprocExecutor], tmp_path: Path) -> None:
+    flag = tmp_path / "fail"
+    ex = make_executor(start_method="fork", worker="restart_helpers:FlagFailWorker",
+                       restart_budget=3, restart_backoff=0.3,
+                       worker_kwargs={"fail_flag": str(flag)})
+    flag.touch()
+    threading.Timer(0.1, flag.unlink).start()  # gone before the first retry (0.3 s back-off)
+    ex.restart()
+    assert ex.restarts_used == 2 and ex.incarnation == 1
+    assert ex.collective_rpc("echo", args=(5,)) == [5, 5]
+
+
+def test_restart_after_shutdown_is_refused(
+        make_executor: Callable[..., MultiprocExecutor]) -> None:
+    ex = make_executor(start_method="fork")
+    ex.shutdown()
+    with pytest.raises(ExecutorFailedError, match="shut down"):
+        ex.restart()
+
+
+def test_restart_budget_and_backoff_are_validated() -> None:
+    with pytest.raises(ValueError, match="restart_budget"):
+        ExecutorConfig(restart_budget=-1)
+    with pytest.raises(ValueError, match="restart_backoff"):
+        ExecutorConfig(restart_backoff=-0.1)
+    assert [backoff_s(0.1, 0.3, a) for a in (1, 2, 3)] == [0.1, 0.2, 0.3]
+
+
+def _wait_failed(ex: MultiprocExecutor) -> None:
+    deadline = time.monotonic() + 10
+    while not ex.is_failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ex.is_failed

@@ -60,7 +60,13 @@ class ControlDir:
             os.write(fd, line)
         finally:
             os.close(fd)
-        _trace_event(record)
+        _trace_event(record, self._seed())
+
+    def _seed(self) -> int | None:
+        try:
+            return int(json.loads((self.path / "plan.json").read_text())["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def timeline(self) -> list[dict[str, Any]]:
         """Every fault record of every process, in time order."""
@@ -72,12 +78,24 @@ class ControlDir:
         return sorted(records, key=lambda r: r["time_ns"])
 
 
-def _trace_event(record: dict[str, Any]) -> None:
+_SIGNALS = {"kill_worker": "SIGKILL", "term_worker": "SIGTERM", "hang_worker": "SIGSTOP",
+            "resume_worker": "SIGCONT", "kill_driver": "SIGKILL"}
+
+
+def _trace_event(record: dict[str, Any], seed: int | None) -> None:
+    """The fault as a ``chaos.fault`` point span (kind, victim, signal or mode, phase, seed);
+    ``telemetry.story`` tells it into the trace of every RPC it affected."""
     rec = telemetry.get_recorder()
     if not rec.enabled:
         return
     attrs = {f"chaos.{k}": v for k, v in record.items()
              if isinstance(v, (str, int, float, bool)) and k not in ("rank", "pid")}
+    if seed is not None:
+        attrs["chaos.seed"] = seed
+    signal = _SIGNALS.get(str(record.get("kind")))
+    by_signal = record.get("phase") == "signal" or record.get("kind") != "hang_worker"
+    if signal is not None and by_signal and "chaos.mode" not in attrs:
+        attrs["chaos.signal"] = signal
     attrs["faultlab.rank"] = int(record.get("rank", -1))
     attrs["process.pid"] = int(record.get("pid") or 0)
     rec.event("chaos.fault", attrs)

@@ -457,7 +457,7 @@ class MultiprocExecutor:
     def _describe_rpc(call: PendingCall, span: Any, size: int) -> None:
         """The RPC span's attributes, written once the request is out (off its critical path)."""
         attributes: dict[str, Any] = {
-            "rpc.system": "faultlab", "rpc.method": call.method, "span.kind": "client",
+            "rpc.system.name": "faultlab", "rpc.method": call.method, "span.kind": "client",
             "faultlab.rpc_id": call.rpc_id,
             "faultlab.non_block": call.future is not None, "messaging.message.body.size": size,
         }

@@ -88,6 +88,7 @@ class ExecutorResources:
             return
         span = self.rec.start_span("executor.shutdown", None, {
             "faultlab.world_size": len(self.handles)}) if self.rec.enabled else None
+        self._shutdown_span = span  # its own trace; the escalation steps are its events
         try:
             self._stop_workers()
             self._release()
@@ -115,8 +116,9 @@ class ExecutorResources:
 
     def _record_step(self, step: str, ranks: list[int]) -> None:
         log.warning("executor shutdown: %s to worker rank(s) %s", step.upper(), ranks)
-        if self.rec.enabled:
-            self.rec.event(f"executor.shutdown.{step}", {"faultlab.ranks": str(ranks)})
+        span = getattr(self, "_shutdown_span", None)
+        if span is not None:
+            span.add_event(f"executor.shutdown.{step}", {"faultlab.ranks": str(ranks)})
 
     def _release(self) -> None:
         for h in self.handles:

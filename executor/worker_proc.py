@@ -237,8 +237,8 @@ def _watch_parent(boot: ProcessBoot, state: _ExitState) -> None:
         failpoints.fire("worker.death_pipe", rank=boot.ctx.rank)
     rec = telemetry.get_recorder()
     if rec.enabled:  # when the driver was killed, this is the moment its death was seen
-        rec.event("worker.death_pipe_eof", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid()},
-                  telemetry.SpanContext.from_wire(boot.trace))
+        # Its own trace: parented to start-up, it would stretch that trace over the whole run.
+        rec.event("worker.death_pipe_eof", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid()})
     if not state.exiting:
         os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(boot.exit_grace_s)

@@ -42,16 +42,26 @@ class ProcessInfo:
     service: str
     incarnation: int
     created_ns: int
+    host: str = ""
 
     @classmethod
     def from_header(cls, h: j.JournalHeader) -> ProcessInfo:
-        return cls(h.pid, h.rank, h.role, h.service, h.incarnation, h.created_ns)
+        return cls(h.pid, h.rank, h.role, h.service, h.incarnation, h.created_ns, h.host)
 
 
 @dataclasses.dataclass
 class RecordedEvent:
     name: str
     time_ns: int
+    span_id: int
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RecordedLink:
+    """A link to a span of another (or the same) trace, e.g. an RPC's fault and detection."""
+
+    trace_id: int
     span_id: int
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -73,10 +83,25 @@ class RecordedSpan:
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
     events: list[RecordedEvent] = dataclasses.field(default_factory=list)
     last_seen_ns: int = 0  # the journal's last timestamp when this span was reported
+    # Filled in by ``telemetry.story`` when the run is told (loaded or exported):
+    links: list[RecordedLink] = dataclasses.field(default_factory=list)
+    kind: str = "internal"  # client / server / producer / consumer / internal
+    parent_remote: bool = False  # the parent span was recorded by another process
+    death_ns: int | None = None  # a truncated span: the best-known moment its process died
+    truncated_reason: str = ""
 
     @property
     def truncated(self) -> bool:
         return self.end_ns is None
+
+    @property
+    def shown_end_ns(self) -> int:
+        """Where the span's bar ends: its end, else its process's death, else last record."""
+        if self.end_ns is not None:
+            return self.end_ns
+        if self.death_ns is not None:
+            return max(self.death_ns, self.start_ns)
+        return max(self.last_seen_ns, self.start_ns)
 
 
 class JournalDecoder:
@@ -118,6 +143,8 @@ class JournalDecoder:
             name=self.string(name_id), trace_id=(hi << 64) | lo, span_id=span_id,
             parent_span_id=parent, start_ns=start, tid=tid, process=self.process,
             thread_name=self.threads.get(tid, ""),
+            # A parent in this process is still open when its child starts (spans nest).
+            parent_remote=bool(parent) and parent not in self._open,
         )
 
     def _on_end(self, raw: bytes) -> None:
@@ -254,10 +281,13 @@ def _alive(pid: int) -> bool:
 
 
 def read_run(run_dir: str | os.PathLike[str]) -> list[RecordedSpan]:
-    """Every span of every journal in ``run_dir``: ended ones, then the open (truncated) ones."""
+    """Every span of every journal in ``run_dir``: ended ones, then the open (truncated) ones,
+    told (``telemetry.story``: faults and detections in the affected traces, span kinds)."""
+    from telemetry.story import tell
+
     spans: list[RecordedSpan] = []
     for tail in (JournalTail(jf) for jf in j.find_journals(Path(run_dir))):
         tail.poll(final=True)
         spans.extend(tail.decoder.pop_finished())
         spans.extend(tail.decoder.open_spans())
-    return spans
+    return tell(spans)

@@ -13,7 +13,13 @@ Shape (what the Jaeger UI reads)::
       "processes": {"p1": {"serviceName", "tags": [...]}}, "warnings": null}]}
 
 Invariants: times are integer microseconds since the epoch; a truncated span lasts until
-its process's last record and carries a warning and the tag ``faultlab.truncated``.
+its process's best-known death (``shown_end_ns``: the fault that killed it, else its
+detected death, else its last record) and carries a warning, ``faultlab.truncated`` and
+``faultlab.truncated.reason``.  Spans carry ``span.kind`` (client/server/producer/consumer);
+links (fault, detection) are ``FOLLOWS_FROM`` references.  An integer beyond 2^53 (a
+nanosecond timestamp) becomes a string tag: browsers would round it.  A worker's span name
+ends in ``[rank N]`` and its process is ``faultlab worker rank N`` in the service's
+instance tag, so each timeline row says which rank it ran on.
 """
 
 from __future__ import annotations
@@ -23,13 +29,18 @@ from collections import defaultdict
 from typing import Any
 
 from telemetry.assemble import ProcessInfo, RecordedSpan
-from telemetry.otel import TRUNCATED_MESSAGE
+from telemetry.otel import TRUNCATED_MESSAGE, truncated_message
+from telemetry.story import display_name, export_attributes
+
+_MAX_SAFE_INT = (1 << 53) - 1
 
 
 def tag(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"key": key, "type": "bool", "value": value}
     if isinstance(value, int):
+        if abs(value) > _MAX_SAFE_INT:
+            return {"key": key, "type": "string", "value": str(value)}
         return {"key": key, "type": "int64", "value": value}
     if isinstance(value, float):
         return {"key": key, "type": "float64", "value": value}
@@ -40,22 +51,35 @@ def tag(key: str, value: Any) -> dict[str, Any]:
 
 def _process_tags(proc: ProcessInfo) -> list[dict[str, Any]]:
     tags = [tag("process.pid", proc.pid), tag("faultlab.role", proc.role),
-            tag("faultlab.incarnation", f"{proc.incarnation:016x}")]
+            tag("faultlab.incarnation", f"{proc.incarnation:016x}"),
+            tag("service.instance.id", _instance(proc))]
+    if proc.host:
+        tags.append(tag("host.name", proc.host))
     if proc.rank is not None:
         tags.append(tag("faultlab.rank", proc.rank))
     return tags
 
 
+def _instance(proc: ProcessInfo) -> str:
+    rank = "" if proc.rank is None or proc.role == "driver" else f" rank {proc.rank}"
+    return f"{proc.role}{rank} pid {proc.pid}"
+
+
 def _span_tags(span: RecordedSpan) -> list[dict[str, Any]]:
-    attributes = dict(span.attributes)
+    attributes = export_attributes(span)
     tags = [tag(k, v) for k, v in attributes.items()]
-    tags.append(tag("otel.status_code", "ERROR" if span.truncated else span.status))
+    if span.kind != "internal":
+        tags.append(tag("span.kind", span.kind))
+    status = "ERROR" if span.truncated or span.status == "ERROR" else "UNSET"  # OK: UNSET
+    if status != "UNSET":
+        tags.append(tag("otel.status_code", status))
     if span.status == "ERROR" or span.truncated:
         tags.append(tag("error", True))
         tags.append(tag("otel.status_description",
-                        TRUNCATED_MESSAGE if span.truncated else span.status_message))
+                        truncated_message(span) if span.truncated else span.status_message))
     if span.truncated:
         tags.append(tag("faultlab.truncated", True))
+        tags.append(tag("faultlab.truncated.reason", span.truncated_reason or TRUNCATED_MESSAGE))
     tags.append(tag("thread.id", span.tid))
     if span.thread_name:
         tags.append(tag("thread.name", span.thread_name))
@@ -64,11 +88,13 @@ def _span_tags(span: RecordedSpan) -> list[dict[str, Any]]:
 
 def jaeger_span(span: RecordedSpan, process_id: str) -> dict[str, Any]:
     trace_id = f"{span.trace_id:032x}"
-    end_ns = span.end_ns if span.end_ns is not None else max(span.last_seen_ns, span.start_ns)
+    end_ns = span.shown_end_ns
     references = []
     if span.parent_span_id:
         references.append({"refType": "CHILD_OF", "traceID": trace_id,
                            "spanID": f"{span.parent_span_id:016x}"})
+    references.extend({"refType": "FOLLOWS_FROM", "traceID": f"{link.trace_id:032x}",
+                       "spanID": f"{link.span_id:016x}"} for link in span.links)
     logs = [
         {"timestamp": e.time_ns // 1000,
          "fields": [tag("event", e.name)] + [tag(k, v) for k, v in e.attributes.items()]}
@@ -76,10 +102,10 @@ def jaeger_span(span: RecordedSpan, process_id: str) -> dict[str, Any]:
     ]
     return {
         "traceID": trace_id, "spanID": f"{span.span_id:016x}", "flags": 1,
-        "operationName": span.name, "references": references,
+        "operationName": display_name(span), "references": references,
         "startTime": span.start_ns // 1000, "duration": max(0, end_ns - span.start_ns) // 1000,
         "tags": _span_tags(span), "logs": logs, "processID": process_id,
-        "warnings": [TRUNCATED_MESSAGE] if span.truncated else None,
+        "warnings": [truncated_message(span)] if span.truncated else None,
     }
 
 

@@ -124,7 +124,7 @@ MAX_STRING = 8192  # longer strings are cut, so one string never floods the jour
 
 # magic, version, pid, rank, created, incarnation, role, service, export owner's pid,
 # segment bits (0 in journals written before the size was configurable: LEGACY_SEGMENT_BITS)
-HEADER_S = struct.Struct("<8sIiiQQ32s64siB")
+HEADER_S = struct.Struct("<8sIiiQQ32s64siB64s")  # ... segment bits, host name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +139,7 @@ class JournalHeader:
     incarnation: int
     owner_pid: int = 0  # the driver whose live export ships this journal (0: none)
     segment_bits: int = SEGMENT_BITS  # each segment holds 1 << segment_bits slots
+    host: str = ""  # host.name, taken when the journal is created ("" in older journals)
 
     @property
     def segment_bytes(self) -> int:
@@ -150,13 +151,13 @@ class JournalHeader:
         return HEADER_S.pack(
             MAGIC, VERSION, self.pid, rank, self.created_ns, self.incarnation,
             self.role.encode()[:32], self.service.encode()[:64], self.owner_pid,
-            self.segment_bits,
+            self.segment_bits, self.host.encode()[:64],
         )
 
     @classmethod
     def unpack(cls, raw: bytes) -> JournalHeader:
         (magic, version, pid, rank, created, inc, role, service, owner,
-         bits) = HEADER_S.unpack_from(raw)
+         bits, host) = HEADER_S.unpack_from(raw)
         if magic != MAGIC or version != VERSION:
             raise ValueError(f"not a faultlab journal (magic {magic!r}, version {version})")
         bits = bits or LEGACY_SEGMENT_BITS
@@ -166,6 +167,7 @@ class JournalHeader:
             pid=pid, rank=None if rank == NO_RANK else rank,
             role=role.rstrip(b"\0").decode(), service=service.rstrip(b"\0").decode(),
             created_ns=created, incarnation=inc, owner_pid=owner, segment_bits=bits,
+            host=host.rstrip(b"\0").decode(errors="replace"),
         )
 
 

@@ -22,6 +22,9 @@ Invariants:
   ``FAULTLAB_TRACE_OWNER``) created since it was configured are exported: a reused run
   directory does not replay an older run, and a second driver sharing the directory (a
   chaos runner and the driver it launched) does not export the other's spans twice.
+- Each pass's new spans are told (``telemetry.story``) with every fault and death seen
+  so far: all tails are polled before telling, and a fault is recorded before it acts,
+  so an RPC span it affected, which ends after the detection, carries both.
 - Each span is exported at most once (a tail hands out each ended span once; the backlog
   holds only spans the collector has not accepted yet).
 - Spans of a worker killed mid-run are exported too: its journal outlives it, and the
@@ -47,6 +50,7 @@ from telemetry import journal as j
 from telemetry.assemble import JournalTail, ProcessInfo, RecordedSpan
 from telemetry.config import Settings
 from telemetry.otel import base_resource, export_spans, make_exporter, to_readable_spans
+from telemetry.story import Story
 
 log = logging.getLogger(__name__)
 MAX_BACKLOG = 50_000  # spans kept for retry while the collector is unreachable
@@ -64,6 +68,7 @@ class LiveExporter:
         self.dropped = 0
         self._tails: dict[int, JournalTail] = {}  # incarnation -> tail
         self._backlog: list[RecordedSpan] = []
+        self._story = Story()  # faults and deaths seen so far, told into later passes
         self._base = base_resource()
         self._resources: dict[ProcessInfo, Resource] = {}
         self._exporter = make_exporter(settings.exporter, settings.protocol)
@@ -124,11 +129,13 @@ class LiveExporter:
 
     def _export_pass(self, final: bool) -> None:
         self._discover()
+        new: list[RecordedSpan] = []
         for tail in self._tails.values():
             tail.poll(final=final)
-            self._backlog.extend(tail.decoder.pop_finished())
+            new.extend(tail.decoder.pop_finished())
             if final:
-                self._backlog.extend(tail.decoder.open_spans())
+                new.extend(tail.decoder.open_spans())
+        self._backlog.extend(self._story.tell(new))
         if len(self._backlog) > MAX_BACKLOG:
             excess = len(self._backlog) - MAX_BACKLOG
             self.dropped += excess

@@ -19,8 +19,11 @@ Invariants:
   process's resource is that base merged with its own attributes, which starts no thread
   and so also works while the interpreter exits (``Resource.create`` starts a thread pool,
   which fails once shutdown began).
-- A span attribute ``span.kind`` (client/server/producer/consumer/internal) becomes the
-  span's kind and is not exported as an attribute.
+- A span's kind is the one ``telemetry.story`` gave it (a ``span.kind`` attribute wins);
+  its parent is remote only when recorded by another process; a worker's span name shows
+  its rank (``story.display_name``) and every span of a ranked process has ``faultlab.rank``.
+- A truncated span ends at its process's best-known death (``RecordedSpan.shown_end_ns``)
+  with ``faultlab.truncated.reason``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceFlags
 
 from telemetry.assemble import ProcessInfo, RecordedSpan
+from telemetry.story import display_name, export_attributes
 
 SCOPE = InstrumentationScope("faultlab.telemetry", "0.1.0")
 BATCH_SIZE = 512
@@ -45,8 +49,13 @@ _KINDS = {
     "client": SpanKind.CLIENT, "server": SpanKind.SERVER, "producer": SpanKind.PRODUCER,
     "consumer": SpanKind.CONSUMER, "internal": SpanKind.INTERNAL,
 }
-_STATUS = {"OK": StatusCode.OK, "ERROR": StatusCode.ERROR, "UNSET": StatusCode.UNSET}
 _HOST = socket.gethostname()
+
+
+def truncated_message(span: RecordedSpan) -> str:
+    """The status description of a truncated span: why, and where its bar ends."""
+    reason = span.truncated_reason or TRUNCATED_MESSAGE.removeprefix("truncated: ")
+    return f"truncated: {reason}"
 
 
 def base_resource() -> Resource:
@@ -62,7 +71,7 @@ def resource_for(process: ProcessInfo, base: Resource | None = None) -> Resource
     attributes: dict[str, str | int] = {
         "service.name": process.service,
         "process.pid": process.pid,
-        "host.name": _HOST,
+        "host.name": process.host or _HOST,  # recorded in the journal; older ones: here
         "faultlab.role": process.role,
         "faultlab.incarnation": f"{process.incarnation:016x}",
         # Stable across replays of a run (Resource.create would draw a fresh uuid).
@@ -78,21 +87,26 @@ def to_readable_span(span: RecordedSpan, resource: Resource) -> ReadableSpan:
     context = trace_api.SpanContext(span.trace_id, span.span_id, False, flags)
     parent = None
     if span.parent_span_id:
-        parent = trace_api.SpanContext(span.trace_id, span.parent_span_id, True, flags)
-    attributes = dict(span.attributes)
-    kind = _KINDS.get(str(attributes.pop("span.kind", "internal")).lower(), SpanKind.INTERNAL)
+        parent = trace_api.SpanContext(
+            span.trace_id, span.parent_span_id, span.parent_remote, flags)
+    attributes = export_attributes(span)
+    explicit = attributes.pop("span.kind", None)
+    kind = _KINDS.get(str(explicit or span.kind).lower(), SpanKind.INTERNAL)
     if span.truncated:
         attributes["faultlab.truncated"] = True
-        status = Status(StatusCode.ERROR, TRUNCATED_MESSAGE)
-        end_ns = max(span.last_seen_ns, span.start_ns)
+        attributes["faultlab.truncated.reason"] = span.truncated_reason or TRUNCATED_MESSAGE
+        status = Status(StatusCode.ERROR, truncated_message(span))
+        end_ns = span.shown_end_ns
     else:
-        code = _STATUS.get(span.status, StatusCode.UNSET)
+        code = StatusCode.ERROR if span.status == "ERROR" else StatusCode.UNSET  # OK: UNSET
         status = Status(code, span.status_message or None if code == StatusCode.ERROR else None)
         end_ns = span.end_ns or span.start_ns
     events = [Event(e.name, dict(e.attributes), e.time_ns) for e in span.events]
+    links = [trace_api.Link(trace_api.SpanContext(link.trace_id, link.span_id, False, flags),
+                            dict(link.attributes)) for link in span.links]
     return ReadableSpan(
-        name=span.name, context=context, parent=parent, resource=resource,
-        attributes=attributes, events=events, kind=kind, status=status,
+        name=display_name(span), context=context, parent=parent, resource=resource,
+        attributes=attributes, events=events, links=links, kind=kind, status=status,
         start_time=span.start_ns, end_time=end_ns, instrumentation_scope=SCOPE,
     )
 

@@ -7,7 +7,12 @@ Data flow::
                                               └─► fault_detections ─────────┘
                                                         └─► detection_latencies ─► DataFrame
 
-A *fault* is a ``chaos.fault`` event (its time is ``chaos.time_ns``, when chaos acted; its
+Faults and detections are read from the traces: ``telemetry.story`` tells each fault's
+detection into the run (``faultlab.detection`` span events, keyed by the fault's span id),
+and ``fault_detections`` takes it from there; for frames without them (built by hand) it
+pairs faults and signs itself, by the same rule.
+
+A *fault* is a ``chaos.fault`` point span (its time is ``chaos.time_ns``, when chaos acted; its
 victim is ``process.pid`` / ``faultlab.rank``).  Its *detection* is the first sign, after
 the fault, that the driver noticed: an ``executor.worker_death`` of the victim (at its
 ``faultlab.detected_ns``), or the first error an RPC raised (an ``exception`` event, e.g.
@@ -116,7 +121,10 @@ def _faults(events: pd.DataFrame) -> list[dict[str, Any]]:
     faults = []
     for event in events[events["name"] == "chaos.fault"].itertuples(index=False):
         attrs: Mapping[str, Any] = event.attributes or {}
+        if "faultlab.fault.span_id" in attrs:
+            continue  # the fault told into an affected RPC's trace: a copy of the fault span
         faults.append({
+            "span_id": str(event.span_id),
             "kind": str(attrs.get("chaos.kind", "fault")),
             "rank": _as_int(attrs.get("faultlab.rank")),
             "pid": _as_int(attrs.get("process.pid")) or None,
@@ -144,6 +152,19 @@ def _signs(events: pd.DataFrame) -> list[dict[str, Any]]:
     return sorted(signs, key=lambda s: s["time_ns"])
 
 
+def _told_detections(events: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """fault span id -> its detection, as ``telemetry.story`` told it into the traces
+    (``faultlab.detection`` span events)."""
+    told: dict[str, dict[str, Any]] = {}
+    for event in events[events["name"] == "faultlab.detection"].itertuples(index=False):
+        attrs: Mapping[str, Any] = event.attributes or {}
+        key = str(attrs.get("faultlab.fault.span_id", ""))
+        if key and key not in told:
+            told[key] = {"time_ns": int(event.time_ns), "by": str(attrs.get("faultlab.detection.by")),
+                         "detector": _as_int(attrs.get("faultlab.detection.pid"))}
+    return told
+
+
 def _matches(fault: dict[str, Any], sign: dict[str, Any]) -> bool:
     if sign["time_ns"] < fault["time_ns"]:
         return False
@@ -157,9 +178,10 @@ def _matches(fault: dict[str, Any], sign: dict[str, Any]) -> bool:
 def fault_detections(events: pd.DataFrame) -> list[Detection]:
     """Pair every fault with the first matching sign of failure after it (see module doc)."""
     signs = _signs(events)
+    told = _told_detections(events)
     detections = []
     for fault in _faults(events):
-        sign = next((s for s in signs if _matches(fault, s)), None)
+        sign = told.get(fault["span_id"]) or next((s for s in signs if _matches(fault, s)), None)
         detections.append(Detection(
             fault["kind"], fault["rank"], fault["pid"], fault["time_ns"],
             None if sign is None else sign["time_ns"],
@@ -342,7 +364,7 @@ def _next_record(spans: pd.DataFrame, pid: int, after_ns: int) -> int | None:
 
 def _draw_points(canvas: _Canvas, events: pd.DataFrame) -> None:
     """Process-life points (start-up, shutdown steps, ...) as small ticks on their lane."""
-    special = {"chaos.fault", "executor.worker_death", "exception"}
+    special = {"chaos.fault", "faultlab.detection", "executor.worker_death", "exception"}
     for event in events.itertuples(index=False):
         pid = _as_int(event.pid)
         if event.name in special or pid not in canvas.rows or not canvas.visible(int(event.time_ns)):

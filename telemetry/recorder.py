@@ -37,6 +37,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -307,7 +308,7 @@ class Recorder:
         header = j.JournalHeader(
             pid=self._pid, rank=self.rank, role=self.role, service=self.settings.service_name,
             created_ns=time.time_ns(), incarnation=self._rng.getrandbits(64),
-            owner_pid=_owner_pid(),
+            owner_pid=_owner_pid(), host=socket.gethostname(),
         )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)

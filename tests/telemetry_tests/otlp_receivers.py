@@ -97,3 +97,10 @@ class GrpcReceiver(ReceivedSpans, trace_service_pb2_grpc.TraceServiceServicer):
 
     def close(self) -> None:
         self.server.stop(grace=None).wait()
+
+
+def base_name(name: str) -> str:
+    """An exported span name without the ``[rank N]`` a worker's spans show."""
+    import re
+
+    return re.sub(r" \[rank \d+\]$", "", name)

@@ -1,0 +1,299 @@
+"""Tell a run's failure story inside its traces: faults, detections, kinds, truncated bars.
+
+Data flow::
+
+    list[RecordedSpan] (assemble.read_run, or one live-export pass)
+        ──► Story.tell(spans) ──► the same spans, annotated in place:
+              span kinds (exporters add rpc.system.name / rpc.method / error.type)
+              faults (``chaos.fault`` point spans) paired with their detection
+              (``executor.worker_death`` / ``executor.node_lost`` point spans, else the
+              first error an RPC raised after the fault)
+              every RPC span open at a fault: span events ``chaos.fault`` and
+              ``faultlab.detection`` (with ``faultlab.detection.latency_ms``) and links to
+              the fault and detection spans; the victim's spans in that RPC's trace get the
+              fault event and link too; each fault span gets its detection event and link
+              truncated spans: ``death_ns`` = the fault that killed the process, else its
+              detected death, with ``truncated_reason``
+
+Invariants:
+
+- Pure and deterministic: only the recorded spans are read; telling twice adds nothing twice
+  (events and links are keyed by the fault's span id).
+- A ``Story`` remembers the faults and deaths it saw, so live export can tell one pass at a
+  time: a fault is recorded before it acts and its detection before the failed RPC ends, so
+  by the time an affected RPC span is exported both are known.
+- Names are never changed here (chaos oracles and notebooks match them); exporters add the
+  rank to the name they show (``display_name``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from telemetry.assemble import RecordedEvent, RecordedLink, RecordedSpan
+
+FAULT, DETECTION = "chaos.fault", "faultlab.detection"
+DEATHS = ("executor.worker_death", "executor.node_lost")
+KILLING = ("kill_worker", "term_worker", "kill_driver", "kill_node")
+_KIND_PREFIXES = (
+    ("rpc ", "client"), ("worker.execute ", "server"), ("executor.enqueue", "producer"),
+    ("worker.reply_enqueue", "producer"), ("worker.dequeue", "consumer"),
+    ("executor.dequeue", "consumer"),
+)
+_FAULT_KEYS = ("kind", "phase", "mode", "signal", "seed", "msg_id", "method", "by", "index")
+_LOST_REASON = "the process ended before this span ended"
+
+
+@dataclasses.dataclass
+class FaultInfo:
+    span: RecordedSpan
+    kind: str
+    rank: int | None
+    pid: int | None
+    time_ns: int
+    detection: Sign | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.span.span_id:016x}"
+
+    def attributes(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"faultlab.fault.kind": self.kind,
+                                 "faultlab.fault.span_id": self.key}
+        if self.rank is not None:
+            attrs["faultlab.fault.rank"] = self.rank
+        if self.pid is not None:
+            attrs["faultlab.fault.pid"] = self.pid
+        for key in _FAULT_KEYS[1:]:
+            value = self.span.attributes.get(f"chaos.{key}")
+            if value is not None:
+                attrs[f"faultlab.fault.{key}"] = value
+        return attrs
+
+
+@dataclasses.dataclass
+class Sign:
+    """A sign that the driver noticed a failure: a death point span or an RPC's error."""
+
+    span: RecordedSpan
+    time_ns: int
+    by: str
+    pid: int | None
+    ranks: tuple[int, ...]
+
+
+class Story:
+    """Faults and deaths seen so far; ``tell`` annotates spans with them."""
+
+    def __init__(self) -> None:
+        self.faults: list[FaultInfo] = []
+        self.signs: list[Sign] = []
+        self._seen: set[int] = set()
+
+    def tell(self, spans: list[RecordedSpan]) -> list[RecordedSpan]:
+        for span in spans:
+            apply_conventions(span)
+            self._collect(span)
+        self._pair()
+        rpcs = [s for s in spans if s.kind == "client"]
+        by_trace: dict[int, list[RecordedSpan]] = {}
+        for span in spans:
+            by_trace.setdefault(span.trace_id, []).append(span)
+        here = {id(s) for s in spans}
+        for fault in self.faults:
+            self._mark_fault(fault, id(fault.span) in here, rpcs, by_trace)
+        for span in spans:
+            if span.truncated:
+                self._place_death(span)
+        return spans
+
+    # ------------------------------------------------------------ collecting
+
+    def _collect(self, span: RecordedSpan) -> None:
+        if span.span_id in self._seen:
+            return
+        attrs = span.attributes
+        if span.point and span.name == FAULT:
+            self._seen.add(span.span_id)
+            self.faults.append(FaultInfo(
+                span, str(attrs.get("chaos.kind", "fault")), _int(attrs.get("faultlab.rank")),
+                _int(attrs.get("process.pid")) or None,
+                _int(attrs.get("chaos.time_ns")) or span.start_ns))
+        elif span.point and span.name in DEATHS:
+            self._seen.add(span.span_id)
+            ranks = _ranks(attrs)
+            self.signs.append(Sign(
+                span, _int(attrs.get("faultlab.detected_ns")) or span.start_ns,
+                span.name.removeprefix("executor."), _int(attrs.get("process.pid")), ranks))
+        elif span.kind == "client" and span.status == "ERROR" and span.end_ns is not None:
+            self._seen.add(span.span_id)
+            error = next((e for e in span.events if e.name == "exception"), None)
+            when = error.time_ns if error is not None else span.end_ns
+            by = str(span.attributes.get("error.type") or _error_type(span))
+            self.signs.append(Sign(span, when, by, None, ()))
+
+    def _pair(self) -> None:
+        self.faults.sort(key=lambda f: f.time_ns)
+        self.signs.sort(key=lambda s: s.time_ns)
+        for fault in self.faults:
+            if fault.detection is None:
+                fault.detection = next((s for s in self.signs if _matches(fault, s)), None)
+
+    # ------------------------------------------------------------ annotating
+
+    def _mark_fault(
+        self, fault: FaultInfo, fault_here: bool, rpcs: list[RecordedSpan],
+        by_trace: dict[int, list[RecordedSpan]],
+    ) -> None:
+        fault_attrs = fault.attributes()
+        detection = fault.detection
+        det_attrs = _detection_attributes(fault, detection) if detection else None
+        if fault_here and detection is not None and det_attrs is not None:
+            _add_event(fault.span, DETECTION, detection.time_ns, det_attrs)
+            _add_link(fault.span, detection.span, "detection", fault.key)
+        for rpc in rpcs:
+            if not rpc.start_ns <= fault.time_ns <= rpc.shown_end_ns:
+                continue
+            _add_event(rpc, FAULT, fault.time_ns, fault_attrs)
+            _add_link(rpc, fault.span, "fault", fault.key)
+            if detection is not None and det_attrs is not None:
+                _add_event(rpc, DETECTION, detection.time_ns, det_attrs)
+                if detection.span is not rpc:
+                    _add_link(rpc, detection.span, "detection", fault.key)
+            for member in by_trace.get(rpc.trace_id, ()):
+                if fault.pid is not None and member.process.pid == fault.pid:
+                    _add_event(member, FAULT, fault.time_ns, fault_attrs)
+                    _add_link(member, fault.span, "fault", fault.key)
+
+    def _place_death(self, span: RecordedSpan) -> None:
+        pid = span.process.pid
+        for fault in self.faults:
+            if fault.kind in KILLING and fault.pid == pid and fault.time_ns >= span.start_ns:
+                span.death_ns = fault.time_ns
+                span.truncated_reason = f"killed by chaos fault {fault.kind} ({fault.key})"
+                return
+        for sign in self.signs:
+            if sign.time_ns < span.start_ns:
+                continue
+            if sign.pid == pid or (sign.pid is None and span.process.rank in sign.ranks
+                                   and sign.by == "node_lost"):
+                span.death_ns = sign.time_ns
+                span.truncated_reason = f"process death detected by the driver ({sign.by})"
+                return
+        span.truncated_reason = _LOST_REASON
+
+
+def tell(spans: list[RecordedSpan]) -> list[RecordedSpan]:
+    """Annotate a whole run's spans (see the module docstring)."""
+    return Story().tell(spans)
+
+
+def apply_conventions(span: RecordedSpan) -> None:
+    """The span's kind: a ``span.kind`` attribute (which is dropped), else from its name."""
+    explicit = span.attributes.pop("span.kind", None)
+    if explicit is not None:
+        span.kind = str(explicit).lower()
+    else:
+        span.kind = next((k for p, k in _KIND_PREFIXES if span.name.startswith(p)), span.kind)
+
+
+def export_attributes(span: RecordedSpan) -> dict[str, Any]:
+    """The attributes exporters send: the recorded ones plus the current semantic
+    conventions (``rpc.system.name``, ``rpc.method``, ``error.type``) and the rank."""
+    attrs = dict(span.attributes)
+    if "rpc.system" in attrs:
+        attrs.setdefault("rpc.system.name", attrs.pop("rpc.system"))
+    if span.name.startswith("worker.execute "):
+        attrs.setdefault("rpc.system.name", "faultlab")
+        attrs.setdefault("rpc.method", span.name.removeprefix("worker.execute "))
+    if span.status == "ERROR" and "error.type" not in attrs:
+        attrs["error.type"] = _error_type(span)
+    if span.process.rank is not None:
+        attrs.setdefault("faultlab.rank", span.process.rank)
+    return attrs
+
+
+def display_name(span: RecordedSpan) -> str:
+    """The name exporters show: a worker's spans carry their rank, so rows differ per rank."""
+    rank = span.process.rank
+    if rank is None or span.process.role == "driver":
+        return span.name
+    return f"{span.name} [rank {rank}]"
+
+
+def _error_type(span: RecordedSpan) -> str:
+    error = next((e for e in span.events if e.name == "exception"), None)
+    if error is not None and error.attributes.get("exception.type"):
+        return str(error.attributes["exception.type"])
+    outcome = span.attributes.get("faultlab.outcome")
+    if outcome:
+        return str(outcome)
+    head = span.status_message.partition(":")[0].strip()
+    return head if head.isidentifier() else "_OTHER"
+
+
+def _detection_attributes(fault: FaultInfo, sign: Sign) -> dict[str, Any]:
+    return {
+        "faultlab.fault.kind": fault.kind, "faultlab.fault.span_id": fault.key,
+        "faultlab.detection.by": sign.by,
+        "faultlab.detection.latency_ms": round((sign.time_ns - fault.time_ns) / 1e6, 6),
+        "faultlab.detection.pid": sign.span.process.pid,
+        "faultlab.fault.time_ns": str(fault.time_ns),
+    }
+
+
+def _matches(fault: FaultInfo, sign: Sign) -> bool:
+    if sign.time_ns < fault.time_ns:
+        return False
+    if sign.by == "node_lost":
+        return fault.rank is None or fault.rank in sign.ranks or fault.kind == "kill_node"
+    if sign.by != "worker_death":
+        return True
+    if fault.pid is not None and sign.pid is not None:
+        return fault.pid == sign.pid
+    return fault.rank in sign.ranks
+
+
+def _add_event(span: RecordedSpan, name: str, time_ns: int, attrs: dict[str, Any]) -> None:
+    key = attrs.get("faultlab.fault.span_id")
+    if any(e.name == name and e.attributes.get("faultlab.fault.span_id") == key
+           for e in span.events):
+        return
+    span.events.append(RecordedEvent(name, time_ns, span.span_id, dict(attrs)))
+    span.events.sort(key=lambda e: e.time_ns)
+
+
+def _add_link(span: RecordedSpan, target: RecordedSpan, role: str, key: str) -> None:
+    if target is span or any(link.span_id == target.span_id for link in span.links):
+        return
+    span.links.append(RecordedLink(target.trace_id, target.span_id, {
+        "faultlab.link": role, "faultlab.fault.span_id": key}))
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ranks(attrs: dict[str, Any]) -> tuple[int, ...]:
+    rank = _int(attrs.get("faultlab.rank"))
+    if rank is not None:
+        return (rank,)
+    raw = attrs.get("faultlab.ranks")
+    try:
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        return tuple(int(r) for r in parsed or ())
+    except (TypeError, ValueError):
+        return ()
+
+
+def detections(spans: Iterable[RecordedSpan]) -> list[tuple[FaultInfo, Sign | None]]:
+    """Every fault of a told run with its detection (None: nobody noticed it)."""
+    story = Story()
+    story.tell(list(spans))
+    return [(f, f.detection) for f in story.faults]

@@ -68,3 +68,18 @@ class ExitOnStartWorker(EchoWorker):
         if ctx.rank == 1:
             os._exit(9)
         super().__init__(ctx)
+
+
+def sleep_in_flight(ex: Any) -> tuple[threading.Thread, list[BaseException]]:
+    """A 30 s ``sleep`` call running on a thread; what it raised lands in the list."""
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            ex.collective_rpc("sleep", args=(30,), timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects whatever it was
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread, errors

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from exec_helpers import sleep_in_flight
 
 from executor import ExecutorConfig, ExecutorFailedError, MultiprocExecutor
 from executor.restart import backoff_s
@@ -31,16 +32,7 @@ def _gone(pids: list[int]) -> bool:
 
 
 def _sleep_in_thread(ex: MultiprocExecutor) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            ex.collective_rpc("sleep", args=(30,), timeout=60)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    thread = threading.Thread(target=call)
-    thread.start()
+    thread, errors = sleep_in_flight(ex)
     time.sleep(0.2)
     return thread, errors
 

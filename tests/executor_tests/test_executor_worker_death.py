@@ -8,23 +8,9 @@ import threading
 import time
 
 import pytest
-from exec_helpers import exit_in_rank
+from exec_helpers import exit_in_rank, sleep_in_flight
 
 from executor import ExecutorFailedError, MultiprocExecutor
-
-
-def _in_flight(ex: MultiprocExecutor) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            ex.collective_rpc("sleep", args=(30,), timeout=60)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    thread = threading.Thread(target=call)
-    thread.start()
-    return thread, errors
 
 
 @pytest.mark.parametrize(("sig", "phrase"), [(signal.SIGKILL, "killed by SIGKILL"),
@@ -33,7 +19,7 @@ def test_in_flight_call_fails_at_once_naming_rank_pid_and_signal(executor, sig, 
     called: list[int] = []
     callback_ran = threading.Event()
     executor.register_failure_callback(lambda: (called.append(1), callback_ran.set()))
-    thread, errors = _in_flight(executor)
+    thread, errors = sleep_in_flight(executor)
     time.sleep(0.2)
     pid = executor.worker_pids[1]
     start = time.monotonic()

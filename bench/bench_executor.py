@@ -12,6 +12,9 @@
     5 idle worker CPU, wake-up   psutil cpu_times over ~3 s idle       —
     6 start-up / shutdown        fork, forkserver, spawn               —
 
+    python bench/bench_executor.py --roundtrip     # only the large round trips (issue 14), see
+                                                   #   bench/_roundtrip.py; writes "## Large round trips"
+
 Timed loops of the executor and of its baselines run interleaved in small blocks, so that load
 from other processes on a shared machine hits both alike; ratios compare p50s of one run.
 Every process and /dev/shm segment the run creates is gone when it ends (checked and reported).
@@ -679,13 +682,42 @@ def run(plan: Plan) -> dict[str, Any]:
     return r
 
 
+ROUNDTRIP = "Large round trips (issue 14)"
+
+
+def roundtrip_main(args: argparse.Namespace) -> int:
+    import _roundtrip
+
+    t0 = now()
+    pooled = _roundtrip.run_all(args.quick)
+    before = json.loads(Path(args.before).read_text()) if args.before else None
+    rows = _roundtrip.rows(pooled, before)
+    print(text_table(_roundtrip.HEADER, rows))
+    print(f"left behind: {final_leak_check()}   ({now() - t0:.0f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(pooled))
+    if args.out:
+        m = machine()
+        body = [f"## {ROUNDTRIP}", "", markdown_table(_roundtrip.HEADER, rows), "",
+                f"- Measured {m['date']} on {m['nproc']} CPUs, load average {m.get('loadavg', '?')}"
+                + (" — **quick mode**." if args.quick else ".")
+                + " Command: `python bench/bench_executor.py --roundtrip`; see `bench/_roundtrip.py`."]
+        write_section(args.out, ROUNDTRIP, "\n".join(body) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few reps, finishes in about a minute")
     ap.add_argument("--out", help="markdown file whose '## Executor' section is (re)written "
                     "(default: bench/RESULTS.md for a full run, nothing for --quick)")
     ap.add_argument("--json", help="also dump every summary to this JSON file")
+    ap.add_argument("--roundtrip", action="store_true", help="only the large round trips "
+                    "(payload there and back, back to back and mixed, vs Pipe)")
+    ap.add_argument("--before", help="--roundtrip: JSON of an earlier --roundtrip run to compare")
     args = ap.parse_args(argv)
+    if args.roundtrip:
+        return roundtrip_main(args)
     plan = QUICK if args.quick else FULL
     out = args.out or (None if args.quick else str(HERE / "RESULTS.md"))
     t0 = now()

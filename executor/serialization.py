@@ -7,7 +7,19 @@ Large binary payloads do not get copied into the pickle stream: pickle protocol 
 numpy arrays, contiguous CPU torch tensors (through the pickler's dispatch table) and large
 ``bytes``/``bytearray`` values (wrapped before pickling, since the C pickler has no hook
 for them) to ``buffer_callback``, and the queue copies each buffer once into shared memory.
-The reader rebuilds arrays and tensors as views of its one received bytearray.
+
+One copy on the way in: a queue reader asks ``frame_layout`` where a message goes before it
+copies its first chunk, and writes each out-of-band buffer straight into the object the
+caller will get: a ``bytes`` value into a new, not yet filled ``bytes`` object (flagged in
+its length field, see ``_WHOLE_BYTES``), anything else (arrays, tensors, bytearrays) into a
+new uninitialised ``bytearray`` that the rebuilt array or tensor is a view of.  ``decode``
+of such a ``Frame`` hands those objects to pickle, and ``_rebuild_bytes`` returns them as
+they are.  Nothing is zero-filled and nothing copied twice, so a cold allocator costs one
+page fault per page written, never a second pass.  Frames from elsewhere (TCP, tests) are
+plain bytes and decode as before (a ``bytes`` value is then copied out of the frame).
+
+Invariant: a ``bytes`` object is written only between its creation in ``frame_layout`` and
+the ``decode`` that publishes it; nobody else holds it (or its hash) before then.
 
 Callables (and anything else plain pickle refuses, such as lambdas) go through cloudpickle.
 Values are pickled completely before any byte is sent, so a pickling failure never leaves
@@ -17,6 +29,7 @@ half a message in the queue.
 from __future__ import annotations
 
 import copyreg
+import ctypes
 import io
 import pickle
 import struct
@@ -30,6 +43,27 @@ import cloudpickle
 _HEAD = struct.Struct("<BiIQ")  # kind, reply rank (-1: all), out-of-band buffer count, pickle length
 _LEN = struct.Struct("<Q")
 _SMALL = 64 << 10  # smaller buffers stay in-band: a part per buffer costs more than a copy
+_WHOLE_BYTES = 1 << 63  # set in a buffer's length: the buffer is a whole ``bytes`` value
+
+
+def _uninitialised(kind: str) -> Callable[[int], Any]:
+    new = getattr(ctypes.pythonapi, f"{kind}_FromStringAndSize")
+    new.restype, new.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t)
+    return lambda size: new(None, size)
+
+
+_CPYTHON = sys.implementation.name == "cpython"
+# Not zero-filled: each is written whole by the reader before anyone sees it.
+_new_bytes = _uninitialised("PyBytes") if _CPYTHON else bytes
+_new_bytearray = _uninitialised("PyByteArray") if _CPYTHON else bytearray
+_BYTES_DATA = bytes.__basicsize__ - 1  # offset of a bytes object's data (CPython)
+
+
+class Frame(bytearray):
+    """A frame's header and pickle, with its out-of-band buffers as separate final objects."""
+
+    __slots__ = ("buffers",)
+    buffers: list[bytes | bytearray]
 
 
 def _rebuild_tensor(array: Any) -> Any:
@@ -116,8 +150,9 @@ def _keep_large(buffers: list[pickle.PickleBuffer]) -> Callable[[pickle.PickleBu
     return callback
 
 
-def _rebuild_bytes(kind: type, data: memoryview) -> bytes | bytearray:
-    return kind(data)
+def _rebuild_bytes(kind: type[bytes] | type[bytearray], data: Any) -> bytes | bytearray:
+    """The value itself when the reader wrote it into its final object, else a copy."""
+    return data if type(data) is kind else kind(data)
 
 
 class _OutOfBand:
@@ -133,7 +168,9 @@ class _OutOfBand:
         self.data = data
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return _rebuild_bytes, (type(self.data), pickle.PickleBuffer(self.data))
+        # A memoryview around a bytes value marks it for ``encode`` (flag _WHOLE_BYTES).
+        data = memoryview(self.data) if type(self.data) is bytes else self.data
+        return _rebuild_bytes, (type(self.data), pickle.PickleBuffer(data))
 
 
 _WALKED = frozenset({bytes, bytearray, tuple, list, dict})
@@ -167,8 +204,40 @@ def encode(kind: int, reply_rank: int, obj: Any, by_value: bool = False) -> list
         return [_HEAD.pack(kind, reply_rank, 0, len(body)), body]
     raws = [b.raw() for b in buffers]
     head = _HEAD.pack(kind, reply_rank, len(raws), len(body))
-    head += b"".join(_LEN.pack(r.nbytes) for r in raws)
+    head += b"".join(_LEN.pack(r.nbytes | _whole_bytes(r)) for r in raws)
     return [head, body, *raws]
+
+
+def _whole_bytes(raw: memoryview) -> int:
+    obj = raw.obj
+    return _WHOLE_BYTES if type(obj) is memoryview and type(obj.obj) is bytes else 0
+
+
+def frame_layout(head: memoryview, total: int) -> tuple[Frame, list[memoryview]] | None:
+    """Where a ``total``-byte frame beginning with ``head`` goes: a ``Frame`` and writable
+    views of its parts, in frame order, for the reader to fill (each byte copied once).
+    None for a frame without out-of-band buffers, or one whose head is not whole in
+    ``head`` or does not add up to ``total`` (the reader then keeps it as it is)."""
+    if total < _SMALL or len(head) < _HEAD.size:
+        return None
+    _kind, _rank, n, body_len = _HEAD.unpack_from(head, 0)
+    prefix = _HEAD.size + 8 * n + body_len
+    if not n or _HEAD.size + 8 * n > len(head) or prefix > total:
+        return None
+    lens = struct.unpack_from(f"<{n}Q", head, _HEAD.size)
+    sizes = [x & ~_WHOLE_BYTES for x in lens]
+    if prefix + sum(sizes) != total:
+        return None
+    frame = Frame(prefix)
+    frame.buffers = [_new_bytes(size) if x & _WHOLE_BYTES and size > 1 else _new_bytearray(size)
+                     for x, size in zip(lens, sizes, strict=True)]
+    return frame, [memoryview(frame), *map(_writable, frame.buffers)]
+
+
+def _writable(obj: bytes | bytearray) -> memoryview:
+    if type(obj) is bytes:  # not yet published: see the module's invariant
+        return memoryview((ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA)).cast("B")
+    return memoryview(obj)
 
 
 def peek(frame: bytes | bytearray) -> tuple[int, int]:
@@ -182,11 +251,14 @@ def decode(frame: bytes | bytearray) -> Any:
     _kind, _rank, n_buffers, body_len = _HEAD.unpack_from(frame, 0)
     if not n_buffers:
         return pickle.loads(memoryview(frame)[_HEAD.size : _HEAD.size + body_len])
+    if type(frame) is Frame:
+        pos = _HEAD.size + 8 * n_buffers
+        return pickle.loads(memoryview(frame)[pos : pos + body_len], buffers=frame.buffers)
     if isinstance(frame, bytes):
         frame = bytearray(frame)  # buffers must be writable: tensors and arrays are rebuilt on them
     view = memoryview(frame)
     pos = _HEAD.size + 8 * n_buffers
-    sizes = [_LEN.unpack_from(view, _HEAD.size + 8 * i)[0] for i in range(n_buffers)]
+    sizes = [_LEN.unpack_from(view, _HEAD.size + 8 * i)[0] & ~_WHOLE_BYTES for i in range(n_buffers)]
     body = view[pos : pos + body_len]
     pos += body_len
     buffers = []

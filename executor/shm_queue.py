@@ -11,7 +11,11 @@
     sequence number reader r will take (both written by their one owner, read by the others)
 
 A message is one or more chunks (FIRST ... LAST); a message larger than a chunk streams
-through the ring while readers copy it out, so no payload size needs a bigger ring.
+through the ring while readers copy it out, so no payload size needs a bigger ring.  A
+reader copies each byte once: at a message's first chunk (of a multi-chunk message, or a
+one-chunk one of 64 KiB or more) its ``layout`` (``serialization.frame_layout``) names the
+objects the message goes into, the large buffers straight into the values the caller gets;
+other messages land in one bytes/bytearray.
 
 Invariants:
 - Only the writer writes a chunk's meta and data, and only while every read flag of that
@@ -49,13 +53,14 @@ import dataclasses
 import struct
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import xxhash
 
 from executor import failpoints
 from executor.errors import CorruptMessageError, QueueCorruptedError, QueueFullError
+from executor.serialization import frame_layout
 from executor.shm import SegmentFd, ShmSegment
+from executor.shm_assembly import Layout, Partial, digest_pieces, partial_for, scatter
 from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fence, ring
 
 MAGIC = b"FLQ1"
@@ -69,6 +74,7 @@ _U64 = struct.Struct("<Q")
 _META_FIELDS = 8  # offset of seq inside a chunk's meta
 _META_CRC = 44  # offset of meta_crc; it covers bytes 8..44
 _READ_FLAGS = 48
+_SPLIT_MIN = 64 << 10  # a one-chunk message this long goes through the reader's layout
 
 FIRST, LAST, ABORT, CHECKED = 1, 2, 4, 8
 _CHECK_S = 0.1  # a waiting writer looks for damaged read flags this often
@@ -182,15 +188,6 @@ class ShmRingBuffer:
         self.flags.release()
         self.buf = None  # type: ignore[assignment]
         self.segment.close()
-
-
-class _Partial(NamedTuple):
-    """A multi-chunk message a reader has begun copying out (replaced, never mutated)."""
-
-    msg_id: int
-    out: bytearray
-    pos: int = 0
-    damaged: str = ""
 
 
 class QueueWriter:
@@ -385,16 +382,18 @@ class QueueReader:
         interrupt_fds: Sequence[int] = (),
         on_interrupt: Callable[[], None] = lambda: None,
         policy: WaitPolicy = DEFAULT_POLICY,
+        layout: Layout | None = frame_layout,
     ) -> None:
         self.ring = ring
         self.spec = ring.spec
         self.index = index
+        self._layout = layout  # where a message's bytes go (the executor's frames by default)
         self._writer_bell = writer_bell
         self._seq = 1  # the sequence number of the next chunk to take
         self._n_chunks = self.spec.n_chunks
         self._chunk_bytes = self.spec.chunk_bytes
         self._progress = self.spec.progress_offset + 8 * index
-        self._partial: _Partial | None = None
+        self._partial: Partial | None = None
         self._held: tuple[int, bytes | bytearray] | CorruptMessageError | None = None
         self._unreleased: tuple[int, int] | None = None  # (index, seq) taken, flag maybe not set
         self._sleeper = Sleeper(
@@ -444,16 +443,17 @@ class QueueReader:
         if flags & FIRST:
             if self._partial is not None:
                 raise self._fatal(index, "a new message began inside another one")
-            if flags & LAST:
+            if flags & LAST and length < _SPLIT_MIN:
                 self._single(taken, msg_id, length, flags, crc)
                 return
-            partial = _Partial(msg_id, bytearray(total))
+            data = self.ring.datas[index]
+            partial = partial_for(msg_id, total, self.ring.buf[data : data + length], self._layout)
         else:
             partial = self._partial  # type: ignore[assignment]
         if partial is None or partial.msg_id != msg_id or partial.pos + length > total:
             raise self._fatal(index, "a continuation chunk does not belong to the open message")
         damaged = self._copy(partial, index, length, flags, crc)
-        new = _Partial(msg_id, partial.out, partial.pos + length, damaged)
+        new = partial._replace(pos=partial.pos + length, damaged=damaged)
         if not flags & LAST:
             self._seq, self._partial, self._unreleased = seq + 1, new, taken
             return
@@ -462,14 +462,13 @@ class QueueReader:
             held = self._damaged(msg_id, new.damaged or "message shorter than announced")
         self._seq, self._partial, self._held, self._unreleased = seq + 1, None, held, taken
 
-    def _copy(self, partial: _Partial, index: int, length: int, flags: int, crc: int) -> str:
+    def _copy(self, partial: Partial, index: int, length: int, flags: int, crc: int) -> str:
         """Copy a chunk into the open message (idempotent); its damage, if any."""
         data = self.ring.datas[index]
-        # Through a memoryview: bytearray slicing copies (twice, for slice assignment).
-        with memoryview(partial.out) as out:
-            piece = out[partial.pos : partial.pos + length]
-            piece[:] = self.ring.buf[data : data + length]
-            bad = bool(flags & CHECKED) and crc != _digest(piece)
+        # Through memoryviews: bytearray slicing copies (twice, for slice assignment).
+        pieces = scatter(partial, self.ring.buf[data : data + length])
+        bad = bool(flags & CHECKED) and crc != digest_pieces(pieces)  # what the caller gets
+        for piece in pieces:
             piece.release()
         if partial.damaged or not bad:
             return partial.damaged

@@ -1,0 +1,244 @@
+"""Large round trips (issue 14): payloads sent to 2 workers and echoed back, executor vs Pipe.
+
+    parent (bench_executor.py --roundtrip)
+      ├─► child driver: executor        ─┐  each system in its own driver process, so one's
+      ├─► child driver: executor traced  ├─ allocator state never warms the other's; children
+      └─► child driver: pipe            ─┘  run round-robin for several rounds (load drifts
+          ◄── JSON samples on stdout        hit all alike); ratios compare pooled p50s
+
+Each child times, for every case (small tuple, 64 KiB / 1 MiB / 8 MiB bytes and int32
+tensors, 32 MiB tensor), two workloads:
+- ``b2b``: the same case back to back, after a warm-up;
+- ``mixed``: blocks of a few calls of each case in turn, with a pause between blocks (the
+  allocator has time and reason to give memory back, as in a real driver).
+
+Every call checks the echo (length, first and last bytes) so a wrong reply cannot pass as fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+KiB, MiB = 1 << 10, 1 << 20
+now = time.perf_counter
+
+# (name, kind, size): kind "small" | "bytes" | "tensor"
+CASES = [("small", "small", 0), ("64KiB-bytes", "bytes", 64 * KiB), ("1MiB-bytes", "bytes", MiB),
+         ("8MiB-bytes", "bytes", 8 * MiB), ("64KiB-tensor", "tensor", 64 * KiB),
+         ("1MiB-tensor", "tensor", MiB), ("8MiB-tensor", "tensor", 8 * MiB),
+         ("32MiB-tensor", "tensor", 32 * MiB)]
+SYSTEMS = ("executor", "executor-traced", "pipe")
+
+
+def _reps(size: int, quick: bool) -> tuple[int, int]:
+    """(back-to-back calls, calls per mixed block) for a payload size."""
+    b2b = 600 if size < MiB else 150 if size <= MiB else 40 if size <= 8 * MiB else 12
+    block = 20 if size < MiB else 8 if size <= MiB else 3 if size <= 8 * MiB else 2
+    return (max(4, b2b // 5), block) if quick else (b2b, block)
+
+
+def payload(kind: str, size: int) -> Any:
+    if kind == "small":
+        return (1, "two", 3.0)
+    if kind == "bytes":
+        return os.urandom(size)
+    import torch
+
+    return torch.arange(size // 4, dtype=torch.int32)
+
+
+def check(kind: str, sent: Any, got: Any) -> None:
+    if kind == "tensor":
+        ok = got.shape == sent.shape and int(got[-1]) == int(sent[-1]) and int(got[0]) == int(sent[0])
+    elif kind == "bytes":
+        ok = type(got) is bytes and len(got) == len(sent) and got[-8:] == sent[-8:]
+    else:
+        ok = got == sent
+    if not ok:
+        raise AssertionError(f"wrong echo for a {kind} payload")
+
+
+# --------------------------------------------------------------------------- pipe baseline
+
+
+def _pipe_echo_child(conn: Connection) -> None:
+    """Echo every frame back as it came (bytes raw, everything else pickled by the parent)."""
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if not raw:
+            return
+        if raw[:1] == b"P":  # pickled: unpickle and pickle again, as a worker would
+            raw = b"P" + pickle.dumps(pickle.loads(memoryview(raw)[1:]), protocol=5)
+        conn.send_bytes(raw)
+
+
+class PipeEcho:
+    """Duplex Pipes to 2 forked processes; bytes travel raw, other values pickled."""
+
+    def __init__(self, n: int = 2) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        self.conns: list[Connection] = []
+        self.procs = []
+        for _ in range(n):
+            mine, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=_pipe_echo_child, args=(theirs,), daemon=True)
+            proc.start()
+            theirs.close()
+            self.conns.append(mine)
+            self.procs.append(proc)
+
+    def echo(self, x: Any) -> list[Any]:
+        frame = b"B" + x if type(x) is bytes else b"P" + pickle.dumps(x, protocol=5)
+        for c in self.conns:
+            c.send_bytes(frame)
+        out = []
+        for c in self.conns:
+            raw = c.recv_bytes()
+            out.append(raw[1:] if raw[:1] == b"B" else pickle.loads(memoryview(raw)[1:]))
+        return out
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.send_bytes(b"")
+            c.close()
+        for p in self.procs:
+            p.join(5.0)
+
+
+# --------------------------------------------------------------------------- one child driver
+
+
+def _time_case(call: Any, kind: str, x: Any, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = now()
+        got = call(x)
+        out.append(now() - t0)
+        for g in got:
+            check(kind, x, g)
+        del got
+    return out
+
+
+def child(system: str, quick: bool, pause: float) -> dict[str, dict[str, list[float]]]:
+    import torch  # noqa: F401 - a model driver has torch imported (fork inherits it)
+
+    from executor import ExecutorConfig, MultiprocExecutor
+
+    payloads = {name: payload(kind, size) for name, kind, size in CASES}
+    samples: dict[str, dict[str, list[float]]] = {"b2b": {}, "mixed": {}}
+    if system == "pipe":
+        pipes = PipeEcho()
+        call, close = pipes.echo, pipes.close
+    else:
+        cfg = ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2,
+                             start_method="fork")
+        ex = MultiprocExecutor(cfg)
+
+        def call(x: Any) -> Any:
+            return ex.collective_rpc("echo", args=(x,))
+
+        close = ex.shutdown
+    try:
+        for name, kind, _size in CASES:  # mixed first: nothing warmed by a long b2b run yet
+            _time_case(call, kind, payloads[name], 1)
+        rounds = 3 if quick else 12
+        for _ in range(rounds):
+            for name, kind, size in CASES:
+                block = _reps(size, quick)[1]
+                time.sleep(pause)
+                samples["mixed"].setdefault(name, []).extend(
+                    _time_case(call, kind, payloads[name], block))
+        for name, kind, size in CASES:
+            n = _reps(size, quick)[0]
+            _time_case(call, kind, payloads[name], max(2, n // 10))
+            samples["b2b"][name] = _time_case(call, kind, payloads[name], n)
+    finally:
+        close()
+    return samples
+
+
+def run_child(system: str, quick: bool, pause: float) -> dict[str, dict[str, list[float]]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryDirectory(prefix="faultlab-rt-") as trace_dir:
+        if system == "executor-traced":
+            env["FAULTLAB_TRACE_DIR"] = trace_dir
+        else:
+            env.pop("FAULTLAB_TRACE_DIR", None)
+        args = [sys.executable, str(Path(__file__).resolve()), system, str(int(quick)), str(pause)]
+        out = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if out.returncode:
+        raise RuntimeError(f"round-trip child {system} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, dict[str, list[float]]] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+def run_all(quick: bool, rounds: int | None = None, pause: float = 0.05,
+            systems: tuple[str, ...] = SYSTEMS) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Pooled samples[system][workload][case] over round-robin rounds of child drivers."""
+    pooled: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for r in range(rounds or (1 if quick else 3)):
+        for system in systems[r % len(systems):] + systems[: r % len(systems)]:
+            print(f"[roundtrip] round {r + 1}: {system} ...", file=sys.stderr, flush=True)
+            got = run_child(system, quick, pause)
+            for workload, cases in got.items():
+                for case, xs in cases.items():
+                    pooled.setdefault(system, {}).setdefault(workload, {}).setdefault(case, []).extend(xs)
+    return pooled
+
+
+
+# --------------------------------------------------------------------------- report
+
+TARGETS = {"1MiB-bytes": "≤ 0.5× Pipe p50"}
+
+
+def _p50(xs: list[float]) -> float:
+    from _stats import percentile
+
+    return percentile(xs, 50)
+
+
+def rows(pooled: dict[str, Any], before: dict[str, Any] | None = None) -> list[list[str]]:
+    """One row per workload and case: executor (and traced) vs Pipe, and vs ``before``."""
+    from _stats import fmt_ratio, fmt_time, percentile
+
+    out = []
+    for workload in ("b2b", "mixed"):
+        for name, _kind, _size in CASES:
+            ex = pooled["executor"][workload][name]
+            pipe = _p50(pooled["pipe"][workload][name])
+            traced = pooled.get("executor-traced", {}).get(workload, {}).get(name, [])
+            old = before["executor"][workload].get(name) if before else None
+            row = [workload, name, fmt_time(_p50(ex)), fmt_time(percentile(ex, 99)),
+                   fmt_ratio(_p50(ex) / pipe), fmt_time(_p50(traced)) if traced else "n/a",
+                   fmt_time(pipe)]
+            row += [fmt_time(_p50(old)), fmt_ratio(_p50(ex) / _p50(old))] if old else ["", ""]
+            row.append(TARGETS.get(name, "≤ 0.5× before" if name == "32MiB-tensor" else ""))
+            out.append(row)
+    return out
+
+
+HEADER = ["workload", "echo to 2 workers", "executor p50", "p99", "vs Pipe p50", "traced p50",
+          "Pipe p50", "before p50", "vs before", "target (issue 14)"]
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    res = child(sys.argv[1], bool(int(sys.argv[2])), float(sys.argv[3]))
+    print(json.dumps(res))

@@ -211,14 +211,25 @@ class _FaultedRun:
                 self.errors[rid] = str(error)
 
 
+def _damage_next_request() -> None:
+    """Set every metadata byte of the next request chunk the driver publishes to 0xFF (once),
+    through the executor's failpoint: the workers find their rpc queue damaged."""
+    from chaos.points import DAMAGE
+    from executor import failpoints
+    from executor.shm_queue import ChunkMeta
+
+    def damage(ring: Any, index: int, **_: Any) -> None:
+        failpoints.disable("queue.after_publish")
+        DAMAGE["all_ff"](ChunkMeta(ring.buf, ring.metas[index]), ring.buf, ring.datas[index],
+                         ring.spec.n_chunks)
+
+    failpoints.enable("queue.after_publish", damage)
+
+
 def inject(ex: Any, fault: str, rank: int) -> None:
     """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver."""
     if fault == "corrupt":
-        from chaos.points import DAMAGE
-
-        ring = ex._res.rings[0]  # the rpc ring: the next request's chunk is damaged
-        for index in range(ring.spec.n_chunks):
-            DAMAGE["all_ff"](ring.buf, ring.metas[index], ring.datas[index], ring.spec.n_chunks)
+        _damage_next_request()
         return
     sig = {"kill": signal.SIGKILL, "sigterm": signal.SIGTERM, "hang": signal.SIGSTOP}[fault]
     os.kill(ex.worker_pids[rank], sig)

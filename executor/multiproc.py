@@ -107,7 +107,7 @@ class MultiprocExecutor:
         for r in range(cfg.local_world_size):  # every ring exists before any worker starts
             res.rings.append(ShmRingBuffer(QueueSpec(f"reply{r}", 1, cfg.n_chunks,
                                                      cfg.chunk_bytes, cfg.checksum)))
-        span = self._rec.start_span("executor.startup", None, {
+        span = self._rec.start_span("executor.startup", telemetry.caller_parent(), {
             "faultlab.world_size": cfg.world_size, "faultlab.worker": cfg.worker,
         }) if self._rec.enabled else None
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
@@ -451,7 +451,7 @@ class MultiprocExecutor:
     # Each attribute is a journal record (~1-2 µs): only what the span's name, its parent
     # and its process's resource (role, rank, pid) do not already say.
     def _start_rpc_span(self, call: PendingCall, timeout: float | None) -> Any:
-        return self._rec.start_span(f"rpc {call.method}")
+        return self._rec.start_span(f"rpc {call.method}", telemetry.caller_parent())
 
     @staticmethod
     def _describe_rpc(call: PendingCall, span: Any, size: int) -> None:

@@ -22,6 +22,9 @@ Invariants:
 - ``shutdown()`` during a restart wins: the restart stops what it started and raises.
 - Failure callbacks must not call ``restart()`` (they run on the failing thread, possibly
   the one restarting): restart from the caller, as the engine does.
+- Traces: ``executor.restart`` is a child of the caller's context (the engine's
+  ``engine.recovery`` span, an OpenTelemetry span, ``TRACEPARENT``); the new incarnation's
+  ``executor.startup`` is its child.
 - One node only: with ``nnodes > 1`` the remote agents would have to start the new
   incarnation; ``restart()`` raises instead.
 """
@@ -33,6 +36,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import telemetry
 from executor.errors import ExecutorFailedError, describe
 from executor.resources import ExecutorResources
 
@@ -55,7 +59,8 @@ def restart_workers(ex: MultiprocExecutor, reason: str) -> None:
         _check_open(ex)
         span = _start_span(ex, reason)
         try:
-            _restart_locked(ex, reason)
+            with telemetry.use_parent(span.context if span is not None else None):
+                _restart_locked(ex, reason)
         except BaseException as exc:
             if span is not None:
                 span.end(exc)
@@ -160,5 +165,5 @@ def _report_early_death(ex: MultiprocExecutor, res: ExecutorResources) -> None:
 def _start_span(ex: MultiprocExecutor, reason: str) -> Any:
     if not ex._rec.enabled:
         return None
-    return ex._rec.start_span("executor.restart", None, {
+    return ex._rec.start_span("executor.restart", telemetry.caller_parent(), {
         "faultlab.reason": reason, "faultlab.from_incarnation": ex.incarnation})

@@ -21,6 +21,10 @@ than the step timeout (plus slack) for a reply.  That is the ``fail_stop`` polic
 default; under ``restart`` (faultlab/recovery.py) a failed step restarts the workers and
 rebuilds every unfinished request's KV cache from its prompt and tokens so far instead, and
 a request fails only when its own retry budget is spent.
+
+Tracing (when telemetry is on; faultlab/tracing.py): one SERVER span per request with gen_ai.*
+attributes, in the caller's trace if it has one; each step's RPC is the child of an
+``engine.step`` span linked to the requests it served.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any, Protocol
 from executor.errors import ExecutorFailedError
 from executor.model.batch import ModelBatch, ModelOutput
 from faultlab.recovery import FAIL_STOP, Recovery, RecoveryPolicy
+from faultlab.tracing import RequestTraces
 
 # A future that the executor should have ended by its own deadline gets this much longer
 # before the engine stops waiting on its own (guards against a wedged executor).
@@ -87,6 +92,7 @@ class Request:
     # While its KV cache is rebuilt after a restart: how many of its output tokens the
     # workers have produced again (they are fed back, not appended); None otherwise.
     replay: int | None = None
+    trace: Any = None  # its RequestTrace while tracing (faultlab/tracing.py)
 
     @property
     def done(self) -> bool:
@@ -139,7 +145,7 @@ class LLMEngine:
 
     def __init__(self, executor: ExecutorLike, *, step_timeout: float | None = None,
                  max_concurrent_batches: int | None = None,
-                 recovery: RecoveryPolicy = FAIL_STOP) -> None:
+                 recovery: RecoveryPolicy = FAIL_STOP, model_name: str = "faultlab") -> None:
         self.executor = executor
         self.step_timeout = step_timeout
         self.slots = max_concurrent_batches or executor.max_concurrent_batches
@@ -151,6 +157,7 @@ class LLMEngine:
         self._next_step_id = 0
         self.failure: EngineFailedError | None = None
         self.recovery = Recovery.for_policy(recovery, executor)  # None under fail_stop
+        self.traces = RequestTraces.for_engine(model_name)  # None when tracing is off
 
     # ----------------------------------------------------------------- requests
 
@@ -164,6 +171,8 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r}: needs a prompt and max_new_tokens >= 1")
         request = Request(request_id, tuple(int(t) for t in prompt_token_ids), max_new_tokens)
         request.future.set_running_or_notify_cancel()  # only the engine may end it
+        if self.traces is not None:
+            self.traces.started(request)
         self._requests[request_id] = request
         self.stats.total_requests += 1
         self.stats.idle_since = None
@@ -233,7 +242,11 @@ class LLMEngine:
         for request in requests:
             request.in_flight = True
         submitted_at = time.perf_counter()
-        reply = self._call(batch, non_block=self.slots > 1)  # blocks when there is one slot
+        if self.traces is None:
+            reply = self._call(batch, non_block=self.slots > 1)  # blocks with one slot
+        else:
+            with self.traces.step(batch, requests):
+                reply = self._call(batch, non_block=self.slots > 1)
         self._in_flight.append(_InFlight(batch, reply, submitted_at))
         return True
 
@@ -289,6 +302,8 @@ class LLMEngine:
             request.output_token_ids.append(token)
             if self.recovery is not None:
                 self.recovery.new_token()
+            if self.traces is not None:
+                self.traces.token(request)
             self.stats.generated_tokens += 1
             if request.done:
                 finished.append(self._finish(request))
@@ -298,6 +313,8 @@ class LLMEngine:
         del self._requests[request.request_id]
         self._to_free.append(request.request_id)
         self.stats.finished_requests += 1
+        if self.traces is not None:
+            self.traces.finished(request)
         request.future.set_result(list(request.output_token_ids))
         return request
 
@@ -323,6 +340,8 @@ class LLMEngine:
         for request in self._requests.values():
             error = RequestFailedError(f"request {request.request_id!r} failed: {self.failure}")
             error.__cause__ = cause
+            if self.traces is not None:
+                self.traces.finished(request, error)
             request.future.set_exception(error)
         self._requests.clear()
         self._in_flight.clear()

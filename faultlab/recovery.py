@@ -16,6 +16,10 @@ Invariants:
   With the model's batch-independent kernels the count stays 0 (tests check it).
 - Bounded: every recovery uses one of the executor's ``restart_budget`` restarts, and every
   request at most ``request_retries`` recoveries; nothing retries forever.
+- Traces (tracing on): the ``engine.recovery`` span joins the caller's trace and links to
+  every unfinished request's span; ``executor.restart`` (and its start-up) are its children;
+  each rebuilt request gets an ``engine.rebuild`` span in its own trace (faultlab/tracing.py).
+  ``telemetry/story.py`` links them to the fault and its detection when the run is told.
 - Recovery state lives here and on ``Request.retries`` / ``Request.replay``; the engine's
   loop is unchanged otherwise.
 """
@@ -110,12 +114,11 @@ class Recovery:
         """Restart and rebuild; return None, or the error the engine must fail with."""
         record = RecoveryRecord(engine._failed_step(), engine._describe(cause),
                                 time.perf_counter())
-        rec = telemetry.get_recorder()
-        span = rec.start_span("engine.recovery", None, {
-            "faultlab.step": record.step, "faultlab.cause": record.cause}) if rec.enabled else None
+        span = _start_span(engine, record)
         executor: Any = engine.executor  # has restart(): checked by for_policy
         try:
-            executor.restart(f"engine step {record.step} failed: {record.cause}")
+            with telemetry.use_parent(span.context if span is not None else None):
+                executor.restart(f"engine step {record.step} failed: {record.cause}")
         except Exception as exc:  # noqa: BLE001 - budget spent, shut down: fail_stop from here
             error = ExecutorFailedError(f"{record.cause}; recovery failed: {exc}")
             error.__cause__ = exc
@@ -124,7 +127,7 @@ class Recovery:
             return error
         record.restarted_at = time.perf_counter()
         record.incarnation = int(getattr(executor, "incarnation", 0))
-        self._rebuild_all(engine, cause, record)
+        self._rebuild_all(engine, cause, record, span)
         self.records.append(record)
         log.warning("recovered from %s: incarnation %d, %d requests rebuilt, %d lost",
                     record.cause, record.incarnation, record.requests_rebuilt, record.requests_lost)
@@ -136,7 +139,8 @@ class Recovery:
             span.end()
         return None
 
-    def _rebuild_all(self, engine: LLMEngine, cause: Exception, record: RecoveryRecord) -> None:
+    def _rebuild_all(self, engine: LLMEngine, cause: Exception, record: RecoveryRecord,
+                     span: Any) -> None:
         engine._in_flight.clear()  # every call of the old incarnation has failed
         engine._to_free = []  # the new workers hold no cache
         for request in list(engine._requests.values()):
@@ -146,6 +150,8 @@ class Recovery:
                 self._lose(engine, request, cause, record)
                 continue
             request.replay = 0 if request.output_token_ids else None
+            if engine.traces is not None:
+                engine.traces.rebuild_started(request, span)
             record.requests_rebuilt += 1
             record.tokens_recomputed += len(request.output_token_ids)
 
@@ -160,6 +166,8 @@ class Recovery:
         record.requests_lost += 1
         error = RequestFailedError(why)
         error.__cause__ = cause
+        if engine.traces is not None:
+            engine.traces.finished(request, error)
         request.future.set_exception(error)
 
     def replayed(self, request: Request, token: int) -> None:
@@ -176,3 +184,15 @@ class Recovery:
         """A new token was generated: the first after a recovery ends its timeline."""
         if self.records and self.records[-1].first_token_at is None:
             self.records[-1].first_token_at = time.perf_counter()
+
+
+def _start_span(engine: LLMEngine, record: RecoveryRecord) -> Any:
+    """The ``engine.recovery`` span (None when tracing is off), linked to the requests."""
+    rec = telemetry.get_recorder()
+    if not rec.enabled:
+        return None
+    span = rec.start_span("engine.recovery", telemetry.caller_parent(), {
+        "faultlab.step": record.step, "faultlab.cause": record.cause})
+    if engine.traces is not None:
+        engine.traces.recovery_started(span, engine._requests.values())
+    return span

@@ -21,6 +21,9 @@ The public names below are the whole API; the executor calls only the recorder h
     configure_process("worker", rank, env=parent_tracing_env)  # first thing in a child
     shutdown()                                 # flush and close; also runs at exit
 
+    parent = caller_parent()                   # the caller's OpenTelemetry span or TRACEPARENT
+    with use_parent(span.context): ...         # what starts inside joins span's trace
+
 With ``OTEL_TRACES_EXPORTER`` set, configuring the driver builds the exporter and its
 resource and starts one daemon thread (``faultlab-trace-export``); at exit, after the
 executors made since have shut down, that thread's final pass sends every span left, open
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from telemetry.context import caller_parent, use_parent
 from telemetry.recorder import (
     Recorder,
     configure_process,
@@ -81,10 +85,12 @@ __all__ = [
     "Recorder",
     "Span",
     "SpanContext",
+    "caller_parent",
     "configure_process",
     "get_recorder",
     "load_events",
     "load_run",
     "shutdown",
     "tracing_env",
+    "use_parent",
 ]

@@ -14,6 +14,13 @@ Data flow::
               fault event and link too; each fault span gets its detection event and link
               truncated spans: ``death_ns`` = the fault that killed the process, else its
               detected death, with ``truncated_reason``
+              links recorded in the journal (``faultlab.links.*``, telemetry/links.py)
+              become links; an RPC or restart whose parent is an ``engine.step`` /
+              ``engine.recovery`` span gets its parent's request links
+              recovery spans (``executor.restart``, ``engine.recovery``,
+              ``engine.rebuild``): events and links to the fault before them and its
+              detection; the RPCs a fault affected get a ``faultlab.restart`` event and a
+              link to the restart that followed it
 
 Invariants:
 
@@ -22,6 +29,9 @@ Invariants:
 - A ``Story`` remembers the faults and deaths it saw, so live export can tell one pass at a
   time: a fault is recorded before it acts and its detection before the failed RPC ends, so
   by the time an affected RPC span is exported both are known.
+- Live export tells one pass at a time, so a restart reaches the failed RPC's story only
+  when both are in one pass (the RPC usually ends first); offline loading sees them all.
+  The step span ends before its RPC starts, so an RPC's request links always arrive.
 - Names are never changed here (chaos oracles and notebooks match them); exporters add the
   rank to the name they show (``display_name``).
 """
@@ -33,7 +43,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from telemetry.assemble import RecordedEvent, RecordedLink, RecordedSpan
+from telemetry.assemble import RecordedEvent, RecordedSpan
+from telemetry.links import add_link, linked, take_links
 
 FAULT, DETECTION = "chaos.fault", "faultlab.detection"
 DEATHS = ("executor.worker_death", "executor.node_lost")
@@ -45,6 +56,10 @@ _KIND_PREFIXES = (
 )
 _FAULT_KEYS = ("kind", "phase", "mode", "signal", "seed", "msg_id", "method", "by", "index")
 _LOST_REASON = "the process ended before this span ended"
+RESTART, RECOVERY_SPANS = "executor.restart", ("executor.restart", "engine.recovery",
+                                                "engine.rebuild")
+_LINK_PARENTS = ("engine.step", "engine.recovery")  # their children share their request links
+_MAX_LINK_PARENTS = 4096  # link parents remembered across live-export passes
 
 
 @dataclasses.dataclass
@@ -91,12 +106,16 @@ class Story:
     def __init__(self) -> None:
         self.faults: list[FaultInfo] = []
         self.signs: list[Sign] = []
+        self.restarts: list[RecordedSpan] = []
         self._seen: set[int] = set()
+        self._link_parents: dict[int, RecordedSpan] = {}
 
     def tell(self, spans: list[RecordedSpan]) -> list[RecordedSpan]:
         for span in spans:
             apply_conventions(span)
+            take_links(span)
             self._collect(span)
+        self._inherit_links(spans)
         self._pair()
         rpcs = [s for s in spans if s.kind == "client"]
         by_trace: dict[int, list[RecordedSpan]] = {}
@@ -106,6 +125,8 @@ class Story:
         for fault in self.faults:
             self._mark_fault(fault, id(fault.span) in here, rpcs, by_trace)
         for span in spans:
+            if span.name in RECOVERY_SPANS:
+                self._mark_recovery(span)
             if span.truncated:
                 self._place_death(span)
         return spans
@@ -116,6 +137,10 @@ class Story:
         if span.span_id in self._seen:
             return
         attrs = span.attributes
+        if span.name == RESTART:
+            self._seen.add(span.span_id)
+            self.restarts.append(span)
+            return
         if span.point and span.name == FAULT:
             self._seen.add(span.span_id)
             self.faults.append(FaultInfo(
@@ -151,6 +176,7 @@ class Story:
         fault_attrs = fault.attributes()
         detection = fault.detection
         det_attrs = _detection_attributes(fault, detection) if detection else None
+        restart = self._restart_after(fault)
         if fault_here and detection is not None and det_attrs is not None:
             _add_event(fault.span, DETECTION, detection.time_ns, det_attrs)
             _add_link(fault.span, detection.span, "detection", fault.key)
@@ -159,6 +185,10 @@ class Story:
                 continue
             _add_event(rpc, FAULT, fault.time_ns, fault_attrs)
             _add_link(rpc, fault.span, "fault", fault.key)
+            if restart is not None:
+                _add_event(rpc, "faultlab.restart", restart.start_ns,
+                           _restart_attributes(fault, restart))
+                _add_link(rpc, restart, "restart", fault.key)
             if detection is not None and det_attrs is not None:
                 _add_event(rpc, DETECTION, detection.time_ns, det_attrs)
                 if detection.span is not rpc:
@@ -167,6 +197,44 @@ class Story:
                 if fault.pid is not None and member.process.pid == fault.pid:
                     _add_event(member, FAULT, fault.time_ns, fault_attrs)
                     _add_link(member, fault.span, "fault", fault.key)
+
+    def _restart_after(self, fault: FaultInfo) -> RecordedSpan | None:
+        """The first restart that began after the fault."""
+        return min((r for r in self.restarts if r.start_ns >= fault.time_ns),
+                   key=lambda r: r.start_ns, default=None)
+
+    def _cause_of(self, span: RecordedSpan) -> FaultInfo | None:
+        """The fault a recovery span answers: the latest one before it began."""
+        return max((f for f in self.faults if f.time_ns <= span.start_ns),
+                   key=lambda f: f.time_ns, default=None)
+
+    def _mark_recovery(self, span: RecordedSpan) -> None:
+        fault = self._cause_of(span)
+        if fault is None:
+            return
+        _add_event(span, FAULT, fault.time_ns, fault.attributes())
+        _add_link(span, fault.span, "fault", fault.key)
+        detection = fault.detection
+        if detection is not None:
+            _add_event(span, DETECTION, detection.time_ns,
+                       _detection_attributes(fault, detection))
+            _add_link(span, detection.span, "detection", fault.key)
+
+    def _inherit_links(self, spans: list[RecordedSpan]) -> None:
+        """An RPC (or restart) started inside an engine step (or recovery) serves the same
+        requests: it gets its parent's request links."""
+        parents = self._link_parents
+        for span in spans:
+            if span.name in _LINK_PARENTS and linked(span, "request"):
+                parents[span.span_id] = span
+        while len(parents) > _MAX_LINK_PARENTS:
+            del parents[next(iter(parents))]
+        for span in spans:
+            parent = parents.get(span.parent_span_id)
+            if parent is None or not (span.kind == "client" or span.name == RESTART):
+                continue
+            for link in linked(parent, "request"):
+                add_link(span, link.trace_id, link.span_id, link.attributes)
 
     def _place_death(self, span: RecordedSpan) -> None:
         pid = span.process.pid
@@ -267,10 +335,21 @@ def _add_event(span: RecordedSpan, name: str, time_ns: int, attrs: dict[str, Any
 
 
 def _add_link(span: RecordedSpan, target: RecordedSpan, role: str, key: str) -> None:
-    if target is span or any(link.span_id == target.span_id for link in span.links):
-        return
-    span.links.append(RecordedLink(target.trace_id, target.span_id, {
-        "faultlab.link": role, "faultlab.fault.span_id": key}))
+    add_link(span, target.trace_id, target.span_id,
+             {"faultlab.link": role, "faultlab.fault.span_id": key})
+
+
+def _restart_attributes(fault: FaultInfo, restart: RecordedSpan) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"faultlab.fault.span_id": fault.key,
+                             "faultlab.restart.span_id": f"{restart.span_id:016x}",
+                             "faultlab.restart.after_fault_ms":
+                                 round((restart.start_ns - fault.time_ns) / 1e6, 6)}
+    if restart.end_ns is not None:
+        attrs["faultlab.restart.duration_ms"] = round((restart.end_ns - restart.start_ns) / 1e6, 6)
+    incarnation = restart.attributes.get("faultlab.incarnation")
+    if incarnation is not None:
+        attrs["faultlab.incarnation"] = incarnation
+    return attrs
 
 
 def _int(value: Any) -> int | None:

@@ -45,6 +45,23 @@ def _send(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+class SelfKillingModelWorker(ModelWorker):
+    """The model worker, SIGKILLed mid-step: on rank ``worker_kwargs["die_rank"]`` inside
+    step ``worker_kwargs["die_step"]``, it logs a chaos fault (a ``chaos.fault`` span, as a
+    chaos failpoint does) in the control directory ``worker_kwargs["ctl"]``, then kills
+    itself.  Step ids keep growing across a restart, so the new incarnation does not."""
+
+    def execute_model(self, batch: Any) -> Any:
+        kwargs = self.ctx.worker_kwargs
+        if self.ctx.rank == kwargs.get("die_rank") and batch.step_id == kwargs.get("die_step"):
+            from chaos.control import ControlDir
+
+            ControlDir(kwargs["ctl"]).log_fault({"kind": "kill_worker", "rank": self.ctx.rank,
+                                                 "pid": os.getpid(), "phase": "signal"})
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().execute_model(batch)
+
+
 class FailingModelWorker(ModelWorker):
     """The model worker, failing to load on ``worker_kwargs["fail_rank"]``.
 

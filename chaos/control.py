@@ -60,7 +60,7 @@ class ControlDir:
             os.write(fd, line)
         finally:
             os.close(fd)
-        _trace_event(record, self._seed())
+        trace_fault(record, self._seed())
 
     def _seed(self) -> int | None:
         try:
@@ -82,7 +82,7 @@ _SIGNALS = {"kill_worker": "SIGKILL", "term_worker": "SIGTERM", "hang_worker": "
             "resume_worker": "SIGCONT", "kill_driver": "SIGKILL"}
 
 
-def _trace_event(record: dict[str, Any], seed: int | None) -> None:
+def trace_fault(record: dict[str, Any], seed: int | None) -> None:
     """The fault as a ``chaos.fault`` point span (kind, victim, signal or mode, phase, seed);
     ``telemetry.story`` tells it into the trace of every RPC it affected."""
     rec = telemetry.get_recorder()

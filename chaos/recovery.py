@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import resources
+from chaos.control import trace_fault
 from chaos.faults import PlanError
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
@@ -226,13 +227,24 @@ def _damage_next_request() -> None:
     failpoints.enable("queue.after_publish", damage)
 
 
-def inject(ex: Any, fault: str, rank: int) -> None:
-    """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver."""
+_KINDS = {"kill": "kill_worker", "sigterm": "term_worker", "hang": "hang_worker",
+          "corrupt": "corrupt_queue"}
+
+
+def inject(ex: Any, fault: str, rank: int, seed: int | None = None) -> None:
+    """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver; the
+    fault is a ``chaos.fault`` span first, so the trace links recovery to it."""
+    pid = ex.worker_pids[rank]
+    record: dict[str, Any] = {"kind": _KINDS[fault], "rank": rank, "pid": pid,
+                              "phase": "before_publish" if fault == "corrupt" else "signal"}
+    if fault == "corrupt":
+        record["mode"] = "all_ff"
+    trace_fault(record, seed)
     if fault == "corrupt":
         _damage_next_request()
         return
     sig = {"kill": signal.SIGKILL, "sigterm": signal.SIGTERM, "hang": signal.SIGSTOP}[fault]
-    os.kill(ex.worker_pids[rank], sig)
+    os.kill(pid, sig)
 
 
 def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,

@@ -17,6 +17,18 @@ class FlagFailWorker(EchoWorker):
         super().__init__(ctx)
 
 
+class FailOnceWorker(EchoWorker):
+    """Rank 0 fails to start once: while ``worker_kwargs["fail_flag"]`` exists it removes the
+    file and raises, so exactly one start attempt fails, however slow the machine is."""
+
+    def __init__(self, ctx: Any) -> None:
+        flag = ctx.worker_kwargs["fail_flag"]
+        if ctx.rank == 0 and os.path.exists(flag):
+            os.unlink(flag)
+            raise RuntimeError("rank 0: failing this start attempt once")
+        super().__init__(ctx)
+
+
 class FlagExitWorker(EchoWorker):
     """Rank 1 exits (code 9) at start-up while ``worker_kwargs["fail_flag"]`` exists."""
 

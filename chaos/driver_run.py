@@ -58,9 +58,10 @@ def run_with_driver_process(cfg: ExecutorConfig, workload: Any, plan: FaultPlan,
     timeline = annotate(ctl.timeline(), resolved)
     outcome = Outcome.EXIT_CLEAN if killed and not violations else None
     return ScenarioResult(
-        name, plan.seed, violations, out / "trace", out, [], timeline,
-        {}, Outcome.EXIT_CLEAN, outcome, None, None, time.monotonic() - t0,
-        [] if killed else [r.index for r in resolved if r.fault.kind == "kill_driver"],
+        name=name, seed=plan.seed, violations=violations, trace_dir=out / "trace", out_dir=out,
+        calls=[], faults=timeline, fired_points={}, expected=Outcome.EXIT_CLEAN, outcome=outcome,
+        detection_latency_s=None, shutdown_s=None, wall_s=time.monotonic() - t0,
+        unfired=[] if killed else [r.index for r in resolved if r.fault.kind == "kill_driver"],
     )
 
 

@@ -40,7 +40,7 @@ from executor.launch import make_context
 Workload = Callable[[Any], None]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class ScenarioResult:
     name: str
     seed: int
@@ -288,16 +288,19 @@ class _InProcessRun:
         violations = check(run)
         hit = {r["index"] for r in run.faults}
         return ScenarioResult(
-            self.name, self.plan.seed, violations, self.trace_dir, self.out, run.calls,
-            run.faults, fired_points(run.faults, self.resolved), run.expected,
-            observed_outcome(run), detection_latency_s(run), run.shutdown_s, wall_s,
-            [r.index for r in self.resolved if r.index not in hit],
+            name=self.name, seed=self.plan.seed, violations=violations, trace_dir=self.trace_dir,
+            out_dir=self.out, calls=run.calls, faults=run.faults,
+            fired_points=fired_points(run.faults, self.resolved), expected=run.expected,
+            outcome=observed_outcome(run), detection_latency_s=detection_latency_s(run),
+            shutdown_s=run.shutdown_s, wall_s=wall_s,
+            unfired=[r.index for r in self.resolved if r.index not in hit],
         )
 
     def _not_started(self, exc: Exception, t0: float) -> ScenarioResult:
         message = f"the executor did not start: {type(exc).__name__}: {exc}"
         return ScenarioResult(
-            self.name, self.plan.seed, [Violation("startup", message)], self.trace_dir,
-            self.out, [], [], {}, None, None, None, None, time.monotonic() - t0,
-            [r.index for r in self.resolved], error=message,
+            name=self.name, seed=self.plan.seed, violations=[Violation("startup", message)],
+            trace_dir=self.trace_dir, out_dir=self.out, calls=[], faults=[], fired_points={},
+            expected=None, outcome=None, detection_latency_s=None, shutdown_s=None,
+            wall_s=time.monotonic() - t0, unfired=[r.index for r in self.resolved], error=message,
         )

@@ -55,6 +55,7 @@ from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name
 from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
+from executor.surfaces import SpanLike
 from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
 
@@ -363,7 +364,7 @@ class MultiprocExecutor:
 
     def _encode(
         self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
-        reply_rank: int | None, span: Any,
+        reply_rank: int | None, span: SpanLike | None,
     ) -> list[Any]:
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
         try:
@@ -384,7 +385,7 @@ class MultiprocExecutor:
                 span.end(error)
             raise error from exc
 
-    def _enqueue(self, call: PendingCall, parts: list[Any], span: Any) -> None:
+    def _enqueue(self, call: PendingCall, parts: list[Any], span: SpanLike | None) -> None:
         start_ns = time.time_ns() if span is not None else 0
         deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
         try:
@@ -414,7 +415,7 @@ class MultiprocExecutor:
         return self._rec.start_span(f"rpc {call.method}")
 
     @staticmethod
-    def _describe_rpc(call: PendingCall, span: Any, size: int) -> None:
+    def _describe_rpc(call: PendingCall, span: SpanLike, size: int) -> None:
         """The RPC span's attributes, written once the request is out (off its critical path)."""
         attributes: dict[str, Any] = {
             "rpc.system.name": "faultlab", "rpc.method": call.method, "span.kind": "client",

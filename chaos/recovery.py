@@ -23,12 +23,15 @@ import signal
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos import resources
 from chaos.faults import PlanError
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from executor import MultiprocExecutor
 
 FAULTS = ("kill", "sigterm", "hang", "corrupt")
 WORKER = "executor.model.worker:ModelWorker"
@@ -195,7 +198,7 @@ class _FaultedRun:
                               for p in self.all_pids if p not in ex.worker_pids
                               and (state := resources.process_state(p)) == "alive"]
 
-    def _loop(self, ex: Any) -> None:
+    def _loop(self, ex: MultiprocExecutor) -> None:
         while self.engine.has_unfinished():
             self.engine.step()
             if self.fault_at is None and self.engine.stats.steps >= self.step:
@@ -211,14 +214,14 @@ class _FaultedRun:
                 self.errors[rid] = str(error)
 
 
-def inject(ex: Any, fault: str, rank: int) -> None:
+def inject(ex: MultiprocExecutor, fault: str, rank: int) -> None:
     """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver."""
     if fault == "corrupt":
-        from chaos.points import DAMAGE
+        from chaos.points import damage_chunk
 
         ring = ex._res.rings[0]  # the rpc ring: the next request's chunk is damaged
         for index in range(ring.spec.n_chunks):
-            DAMAGE["all_ff"](ring.buf, ring.metas[index], ring.datas[index], ring.spec.n_chunks)
+            damage_chunk(ring, index, "all_ff")
         return
     sig = {"kill": signal.SIGKILL, "sigterm": signal.SIGTERM, "hang": signal.SIGSTOP}[fault]
     os.kill(ex.worker_pids[rank], sig)

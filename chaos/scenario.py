@@ -20,7 +20,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,10 @@ from chaos.oracles import Bounds, RunRecord, Violation, check, detection_latency
 from chaos.outcomes import Outcome, combined_outcome, outcome_for
 from chaos.plan import FaultPlan, ResolvedFault
 from chaos.recording import CallRecord, RecordingExecutor
+from chaos.workloads import Workload
 from executor import ExecutorConfig, MultiprocExecutor, failpoints
 from executor.launch import make_context
-
-Workload = Callable[[Any], None]
+from executor.surfaces import ExecutorLike
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -136,7 +136,7 @@ def prepare_forkserver(cfg: ExecutorConfig) -> None:
         fs.ensure_running()
 
 
-def install_in_workers(ex: Any, cfg: ExecutorConfig, ctl: ControlDir) -> None:
+def install_in_workers(ex: ExecutorLike, cfg: ExecutorConfig, ctl: ControlDir) -> None:
     """forkserver workers do not see the driver's environment: install through an RPC."""
     if cfg.resolved_start_method() == "forkserver":
         ex.collective_rpc(points.install_in_worker, args=(str(ctl.path),), timeout=30)
@@ -189,7 +189,7 @@ class _InProcessRun:
             record = self._drive(ex, before, nodes)
         return self._result(record, expected, time.monotonic() - t0)
 
-    def _drive(self, ex: Any, before: resources.Snapshot, nodes: RemoteNodes) -> RunRecord:
+    def _drive(self, ex: ExecutorLike, before: resources.Snapshot, nodes: RemoteNodes) -> RunRecord:
         pids = list(ex.worker_pids)
         install_in_workers(ex, self.cfg, self.ctl)
         proxy = RecordingExecutor(ex)
@@ -272,7 +272,7 @@ class _InProcessRun:
         self.hung = True
         proxy.executor.shutdown()  # wakes every waiter with ExecutorFailedError
 
-    def _await_detection(self, ex: Any, proxy: RecordingExecutor) -> int | None:
+    def _await_detection(self, ex: ExecutorLike, proxy: RecordingExecutor) -> int | None:
         """A fatal fault late in the workload may be detected just after it: wait a bound."""
         fatal = [r for r in annotate(self.ctl.timeline(), self.resolved) if r["fatal"]]
         deadline = time.monotonic() + (self.bounds.detect_s if fatal else 0)

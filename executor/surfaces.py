@@ -28,6 +28,9 @@ class ExecutorLike(Protocol):
     @property
     def is_failed(self) -> bool: ...
 
+    @property
+    def world_size(self) -> int: ...
+
     def collective_rpc(
         self, method: str | Callable[..., Any], timeout: float | None = None,
         args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, non_block: bool = False,

@@ -225,7 +225,7 @@ class _InProcessRun:
             return interrupts.contained_sigint()
         return contextlib.nullcontext(None)
 
-    def _before_shutdown(self, ex: Any, proxy: RecordingExecutor, pids: list[int]) -> dict[str, Any]:
+    def _before_shutdown(self, ex: ExecutorLike, proxy: RecordingExecutor, pids: list[int]) -> dict[str, Any]:
         """What only a live executor can tell: is it failed, did the callbacks run, are the
         workers there, and (after an interrupt) is it still in step."""
         timeline = self.ctl.timeline()

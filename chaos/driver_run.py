@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -29,13 +29,17 @@ from chaos.oracles import Bounds, Violation
 from chaos.outcomes import Outcome
 from chaos.plan import FaultPlan, ResolvedFault
 from chaos.recording import RecordingExecutor
+from chaos.workloads import Workload
 from executor import ExecutorConfig, failpoints
+
+if TYPE_CHECKING:
+    from chaos.scenario import ScenarioResult
 
 _STARTUP_S = 60.0
 
 
-def run_with_driver_process(cfg: ExecutorConfig, workload: Any, plan: FaultPlan, out: Path,
-                            name: str, bounds: Bounds, executor_class: type) -> Any:
+def run_with_driver_process(cfg: ExecutorConfig, workload: Workload, plan: FaultPlan, out: Path,
+                            name: str, bounds: Bounds, executor_class: type) -> ScenarioResult:
     from chaos.scenario import ScenarioResult, annotate, prepare_forkserver, telemetry_env
 
     t0 = time.monotonic()
@@ -58,9 +62,10 @@ def run_with_driver_process(cfg: ExecutorConfig, workload: Any, plan: FaultPlan,
     timeline = annotate(ctl.timeline(), resolved)
     outcome = Outcome.EXIT_CLEAN if killed and not violations else None
     return ScenarioResult(
-        name, plan.seed, violations, out / "trace", out, [], timeline,
-        {}, Outcome.EXIT_CLEAN, outcome, None, None, time.monotonic() - t0,
-        [] if killed else [r.index for r in resolved if r.fault.kind == "kill_driver"],
+        name=name, seed=plan.seed, violations=violations, trace_dir=out / "trace", out_dir=out,
+        calls=[], faults=timeline, fired_points={}, expected=Outcome.EXIT_CLEAN, outcome=outcome,
+        detection_latency_s=None, shutdown_s=None, wall_s=time.monotonic() - t0,
+        unfired=[] if killed else [r.index for r in resolved if r.fault.kind == "kill_driver"],
     )
 
 

@@ -27,6 +27,7 @@ from chaos import surroundings
 from chaos.control import ControlDir
 from chaos.faults import ForkInDriver, KillNode, StarveCPU, StarveMemory
 from chaos.plan import ResolvedFault
+from executor.surfaces import ExecutorLike
 
 _SIGNALS = {"kill_worker": signal.SIGKILL, "term_worker": signal.SIGTERM,
             "hang_worker": signal.SIGSTOP, "resume_worker": signal.SIGCONT}
@@ -47,7 +48,7 @@ class Injector:
         self.t0 = 0.0  # monotonic time the workload started
         self.helpers: list[subprocess.Popen[bytes]] = []
         self.stopped: set[int] = set()  # pids we SIGSTOPped and did not resume
-        self.executor: Any = None  # what a fork_in_driver child calls (mode "call")
+        self.executor: ExecutorLike | None = None  # what a fork_in_driver child calls (mode "call")
         self.forked: list[tuple[int, int, float]] = []  # driver children: (index, pid, may live s)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()

@@ -21,14 +21,16 @@ from typing import Any
 
 from chaos.faults import PlanError
 from chaos.plan import FaultPlan
+from chaos.recording import RecordingExecutor
+from chaos.workloads import Workload
 
 
-def needs_main_thread(plan: FaultPlan, workload: Any) -> bool:
+def needs_main_thread(plan: FaultPlan, workload: Workload) -> bool:
     return any(f.kind == "interrupt_driver" for f in plan.faults) or bool(
         getattr(workload, "needs_main_thread", False))
 
 
-def check_main_thread(plan: FaultPlan, workload: Any) -> None:
+def check_main_thread(plan: FaultPlan, workload: Workload) -> None:
     if needs_main_thread(plan, workload) and threading.current_thread() is not threading.main_thread():
         raise PlanError("interrupt_driver: SIGINT reaches only the main thread; call "
                         "run_scenario from the main thread for this plan or workload")
@@ -56,7 +58,7 @@ def contained_sigint() -> Iterator[SigintState]:
         signal.signal(signal.SIGINT, old)
 
 
-def run_on_main_thread(workload: Callable[[Any], None], proxy: Any, state: SigintState,
+def run_on_main_thread(workload: Workload, proxy: RecordingExecutor, state: SigintState,
                        bound_s: float, on_hang: Callable[[], None]) -> None:
     """Run ``workload(proxy)`` here; a KeyboardInterrupt it lets escape ends it quietly."""
     watchdog = threading.Timer(bound_s, on_hang)
@@ -76,7 +78,7 @@ def run_on_main_thread(workload: Callable[[Any], None], proxy: Any, state: Sigin
     watchdog.join()
 
 
-def probe_in_step(proxy: Any, n: int = 3) -> None:
+def probe_in_step(proxy: RecordingExecutor, n: int = 3) -> None:
     """Calls with unique payloads after an interrupt: each must return its own result."""
     from executor import ExecutorError
 

@@ -23,7 +23,7 @@ from chaos import surroundings
 from chaos.control import ENV_VAR, ControlDir
 from chaos.plan import ResolvedFault
 from executor import failpoints
-from executor.shm_queue import ChunkMeta
+from executor.shm_queue import ChunkMeta, ShmRingBuffer
 
 INSTALLER = "chaos.points:install"
 
@@ -92,9 +92,13 @@ def _raise(fault: Any, ctx: dict[str, Any]) -> None:
 
 
 def _corrupt(fault: Any, ctx: dict[str, Any]) -> None:
-    ring, index = ctx["ring"], ctx["index"]
+    damage_chunk(ctx["ring"], ctx["index"], fault.mode)
+
+
+def damage_chunk(ring: ShmRingBuffer, index: int, mode: str) -> None:
+    """Damage chunk ``index`` of ``ring`` the way ``mode`` (a key of ``DAMAGE``) says."""
     meta = ChunkMeta(ring.buf, ring.metas[index])
-    DAMAGE[fault.mode](meta, ring.buf, ring.datas[index], ring.spec.n_chunks)
+    DAMAGE[mode](meta, ring.buf, ring.datas[index], ring.spec.n_chunks)
 
 
 def _flip_payload(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:

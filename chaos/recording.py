@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from executor.protocol import method_name
+from executor.surfaces import ExecutorLike
 
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
 _ERROR_METHODS = {"fail": "WorkerError", "exit": "ExecutorFailedError"}
@@ -91,7 +92,7 @@ def expected_result(method: Any, args: tuple[Any, ...], reply_rank: int | None,
 class RecordingExecutor:
     """Looks like the executor; records each call and each failure callback."""
 
-    def __init__(self, executor: Any) -> None:
+    def __init__(self, executor: ExecutorLike) -> None:
         self._ex = executor
         self.calls: list[CallRecord] = []
         self.callback_times_ns: list[int] = []
@@ -104,8 +105,22 @@ class RecordingExecutor:
         return getattr(self._ex, name)
 
     @property
-    def executor(self) -> Any:
+    def executor(self) -> ExecutorLike:
         return self._ex
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._ex.worker_pids
+
+    @property
+    def is_failed(self) -> bool:
+        return self._ex.is_failed
+
+    def register_failure_callback(self, callback: Callable[[], None]) -> None:
+        self._ex.register_failure_callback(callback)
+
+    def shutdown(self) -> None:
+        self._ex.shutdown()
 
     def _on_failure(self) -> None:
         self.callback_times_ns.append(time.time_ns())

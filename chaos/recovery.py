@@ -23,13 +23,16 @@ import signal
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos import resources
 from chaos.control import trace_fault
 from chaos.faults import PlanError
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from executor import MultiprocExecutor
 
 FAULTS = ("kill", "sigterm", "hang", "corrupt")
 WORKER = "executor.model.worker:ModelWorker"
@@ -196,7 +199,7 @@ class _FaultedRun:
                               for p in self.all_pids if p not in ex.worker_pids
                               and (state := resources.process_state(p)) == "alive"]
 
-    def _loop(self, ex: Any) -> None:
+    def _loop(self, ex: MultiprocExecutor) -> None:
         while self.engine.has_unfinished():
             self.engine.step()
             if self.fault_at is None and self.engine.stats.steps >= self.step:
@@ -215,14 +218,12 @@ class _FaultedRun:
 def _damage_next_request() -> None:
     """Set every metadata byte of the next request chunk the driver publishes to 0xFF (once),
     through the executor's failpoint: the workers find their rpc queue damaged."""
-    from chaos.points import DAMAGE
+    from chaos.points import damage_chunk
     from executor import failpoints
-    from executor.shm_queue import ChunkMeta
 
     def damage(ring: Any, index: int, **_: Any) -> None:
         failpoints.disable("queue.after_publish")
-        DAMAGE["all_ff"](ChunkMeta(ring.buf, ring.metas[index]), ring.buf, ring.datas[index],
-                         ring.spec.n_chunks)
+        damage_chunk(ring, index, "all_ff")
 
     failpoints.enable("queue.after_publish", damage)
 
@@ -231,7 +232,7 @@ _KINDS = {"kill": "kill_worker", "sigterm": "term_worker", "hang": "hang_worker"
           "corrupt": "corrupt_queue"}
 
 
-def inject(ex: Any, fault: str, rank: int, seed: int | None = None) -> None:
+def inject(ex: MultiprocExecutor, fault: str, rank: int, seed: int | None = None) -> None:
     """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver; the
     fault is a ``chaos.fault`` span first, so the trace links recovery to it."""
     pid = ex.worker_pids[rank]

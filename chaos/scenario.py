@@ -20,7 +20,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,13 +34,13 @@ from chaos.oracles import Bounds, RunRecord, Violation, check, detection_latency
 from chaos.outcomes import Outcome, combined_outcome, outcome_for
 from chaos.plan import FaultPlan, ResolvedFault
 from chaos.recording import CallRecord, RecordingExecutor
+from chaos.workloads import Workload
 from executor import ExecutorConfig, MultiprocExecutor, failpoints
 from executor.launch import make_context
+from executor.surfaces import ExecutorLike
 
-Workload = Callable[[Any], None]
 
-
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class ScenarioResult:
     name: str
     seed: int
@@ -136,7 +136,7 @@ def prepare_forkserver(cfg: ExecutorConfig) -> None:
         fs.ensure_running()
 
 
-def install_in_workers(ex: Any, cfg: ExecutorConfig, ctl: ControlDir) -> None:
+def install_in_workers(ex: ExecutorLike, cfg: ExecutorConfig, ctl: ControlDir) -> None:
     """forkserver workers do not see the driver's environment: install through an RPC."""
     if cfg.resolved_start_method() == "forkserver":
         ex.collective_rpc(points.install_in_worker, args=(str(ctl.path),), timeout=30)
@@ -189,7 +189,7 @@ class _InProcessRun:
             record = self._drive(ex, before, nodes)
         return self._result(record, expected, time.monotonic() - t0)
 
-    def _drive(self, ex: Any, before: resources.Snapshot, nodes: RemoteNodes) -> RunRecord:
+    def _drive(self, ex: ExecutorLike, before: resources.Snapshot, nodes: RemoteNodes) -> RunRecord:
         pids = list(ex.worker_pids)
         install_in_workers(ex, self.cfg, self.ctl)
         proxy = RecordingExecutor(ex)
@@ -225,7 +225,7 @@ class _InProcessRun:
             return interrupts.contained_sigint()
         return contextlib.nullcontext(None)
 
-    def _before_shutdown(self, ex: Any, proxy: RecordingExecutor, pids: list[int]) -> dict[str, Any]:
+    def _before_shutdown(self, ex: ExecutorLike, proxy: RecordingExecutor, pids: list[int]) -> dict[str, Any]:
         """What only a live executor can tell: is it failed, did the callbacks run, are the
         workers there, and (after an interrupt) is it still in step."""
         timeline = self.ctl.timeline()
@@ -272,7 +272,7 @@ class _InProcessRun:
         self.hung = True
         proxy.executor.shutdown()  # wakes every waiter with ExecutorFailedError
 
-    def _await_detection(self, ex: Any, proxy: RecordingExecutor) -> int | None:
+    def _await_detection(self, ex: ExecutorLike, proxy: RecordingExecutor) -> int | None:
         """A fatal fault late in the workload may be detected just after it: wait a bound."""
         fatal = [r for r in annotate(self.ctl.timeline(), self.resolved) if r["fatal"]]
         deadline = time.monotonic() + (self.bounds.detect_s if fatal else 0)
@@ -288,16 +288,19 @@ class _InProcessRun:
         violations = check(run)
         hit = {r["index"] for r in run.faults}
         return ScenarioResult(
-            self.name, self.plan.seed, violations, self.trace_dir, self.out, run.calls,
-            run.faults, fired_points(run.faults, self.resolved), run.expected,
-            observed_outcome(run), detection_latency_s(run), run.shutdown_s, wall_s,
-            [r.index for r in self.resolved if r.index not in hit],
+            name=self.name, seed=self.plan.seed, violations=violations, trace_dir=self.trace_dir,
+            out_dir=self.out, calls=run.calls, faults=run.faults,
+            fired_points=fired_points(run.faults, self.resolved), expected=run.expected,
+            outcome=observed_outcome(run), detection_latency_s=detection_latency_s(run),
+            shutdown_s=run.shutdown_s, wall_s=wall_s,
+            unfired=[r.index for r in self.resolved if r.index not in hit],
         )
 
     def _not_started(self, exc: Exception, t0: float) -> ScenarioResult:
         message = f"the executor did not start: {type(exc).__name__}: {exc}"
         return ScenarioResult(
-            self.name, self.plan.seed, [Violation("startup", message)], self.trace_dir,
-            self.out, [], [], {}, None, None, None, None, time.monotonic() - t0,
-            [r.index for r in self.resolved], error=message,
+            name=self.name, seed=self.plan.seed, violations=[Violation("startup", message)],
+            trace_dir=self.trace_dir, out_dir=self.out, calls=[], faults=[], fired_points={},
+            expected=None, outcome=None, detection_latency_s=None, shutdown_s=None,
+            wall_s=time.monotonic() - t0, unfired=[r.index for r in self.resolved], error=message,
         )

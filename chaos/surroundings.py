@@ -28,13 +28,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from chaos.faults import ForkInDriver
+from executor.surfaces import ExecutorLike
+
 CHILD_CALL_TIMEOUT_S = 2.0
 CHILD_WATCHDOG_S = 6.0  # a child stuck on a lock it inherited ends itself (exit code 3)
 
 
 # ---------------------------------------------------------------- forks in the driver
 
-def fork_child(fault: Any, index: int, ctl_path: Path, executor: Any) -> int:
+def fork_child(fault: ForkInDriver, index: int, ctl_path: Path, executor: ExecutorLike | None) -> int:
     """Fork a child of the driver that does what ``fault.mode`` says; return its pid."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads: on purpose
@@ -50,7 +53,7 @@ def fork_child(fault: Any, index: int, ctl_path: Path, executor: Any) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _child(fault: Any, index: int, ctl_path: Path, executor: Any) -> int:
+def _child(fault: ForkInDriver, index: int, ctl_path: Path, executor: ExecutorLike | None) -> int:
     report: dict[str, Any] = {"index": index, "mode": fault.mode, "pid": os.getpid(),
                               "outcome": "hung"}
     _write_json(ctl_path / f"fork-{index}.json", report)  # overwritten unless the child hangs
@@ -65,7 +68,10 @@ def _child(fault: Any, index: int, ctl_path: Path, executor: Any) -> int:
     return 0
 
 
-def _call_inherited(executor: Any) -> dict[str, Any]:
+def _call_inherited(executor: ExecutorLike | None) -> dict[str, Any]:
+    if executor is None:
+        return {"outcome": "error", "error_type": "AttributeError",
+                "error": "no executor to call yet"}
     try:
         value = executor.collective_rpc("echo", args=("from-child",), timeout=CHILD_CALL_TIMEOUT_S)
     except BaseException as exc:  # noqa: BLE001 - reported, judged by the parent's oracle

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from chaos.recording import RecordingExecutor
 from executor import ExecutorError
 
-Workload = Callable[[Any], None]
+Workload = Callable[[RecordingExecutor], None]  # given the recording proxy
 _CALL_KEYS = {"method", "args", "timeout", "non_block", "unique_reply_rank", "repeat"}
 
 
@@ -47,7 +48,7 @@ class CallSpec:
                 for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-def call_quietly(ex: Any, spec: CallSpec) -> Any:
+def call_quietly(ex: RecordingExecutor, spec: CallSpec) -> Any:
     """Make one call; documented errors are recorded by the proxy, not raised."""
     try:
         return ex.collective_rpc(spec.method, timeout=spec.timeout, args=spec.args,
@@ -59,7 +60,7 @@ def call_quietly(ex: Any, spec: CallSpec) -> Any:
 def rpc_sequence(calls: Sequence[CallSpec]) -> Workload:
     """Run the calls in order; futures of non-blocking calls are awaited at the end."""
 
-    def workload(ex: Any) -> None:
+    def workload(ex: RecordingExecutor) -> None:
         futures: list[Future[Any]] = []
         for spec in calls:
             for _ in range(spec.repeat):
@@ -83,12 +84,12 @@ STANDARD = [
 ]
 
 
-def standard(ex: Any) -> None:
+def standard(ex: RecordingExecutor) -> None:
     """Warm up, one ``sleep`` call for faults to hit, then calls that show recovery."""
     rpc_sequence(STANDARD)(ex)
 
 
-def futures_mix(ex: Any) -> None:
+def futures_mix(ex: RecordingExecutor) -> None:
     """Non-blocking calls awaited out of order, then a blocking one."""
     fs = [ex.collective_rpc("echo", args=(i,), non_block=True, timeout=3.0) for i in range(4)]
     fs.append(ex.collective_rpc("sleep", args=(0.1,), non_block=True, timeout=3.0))
@@ -100,7 +101,7 @@ def futures_mix(ex: Any) -> None:
     call_quietly(ex, CallSpec("echo", ("tail",), timeout=3.0))
 
 
-def steady(ex: Any, n: int = 40) -> None:
+def steady(ex: RecordingExecutor, n: int = 40) -> None:
     """Many short calls, for faults triggered by time or probability."""
     for i in range(n):
         call_quietly(ex, CallSpec("echo", (i,), timeout=2.0))

@@ -25,6 +25,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from chaos import surroundings
+from chaos.recording import RecordingExecutor
+from chaos.workloads import Workload
 from executor import ExecutorError
 
 OK = frozenset({"ok"})
@@ -42,7 +44,7 @@ def _quiet(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 # ---------------------------------------------------------------- bursts
 
-def _burst_call(ex: Any, i: int, big: bytes) -> Any:
+def _burst_call(ex: RecordingExecutor, i: int, big: bytes) -> Any:
     """Call ``i`` of a burst: mostly small echoes, some 64 KiB echoes, a few 1 MiB requests."""
     if i % 50 == 7:
         return ex.collective_rpc("nbytes", args=(big[: MIB - i],), non_block=True, check="burst")
@@ -52,8 +54,8 @@ def _burst_call(ex: Any, i: int, big: bytes) -> Any:
     return ex.collective_rpc("echo", args=(f"burst-{i}",), non_block=True, check="burst")
 
 
-def burst_of(n: int) -> Callable[[Any], None]:
-    def burst(ex: Any) -> None:
+def burst_of(n: int) -> Workload:
+    def burst(ex: RecordingExecutor) -> None:
         """``n`` outstanding non_block calls, then their results in submission order."""
         big = bytes(MIB)
         futures: list[Future[Any]] = []
@@ -79,7 +81,7 @@ def _raising_aggregator(values: list[Any]) -> Any:
     raise ChaosAggregatorError(f"chaos: the aggregator raises on {len(values)} values")
 
 
-def callback_chaos(ex: Any) -> None:
+def callback_chaos(ex: RecordingExecutor) -> None:
     """A raising aggregator; done-callbacks that call the executor; a raising failure
     callback, then a call that ends every worker: the callbacks after it still run."""
     _quiet(ex.collective_rpc, "echo", args=("aggregated",), timeout=5.0,
@@ -92,7 +94,7 @@ def callback_chaos(ex: Any) -> None:
     _raising_failure_callback(ex)
 
 
-def _done_callbacks_call(ex: Any) -> None:
+def _done_callbacks_call(ex: RecordingExecutor) -> None:
     def nested(i: int, future: Future[Any]) -> None:
         _quiet(ex.collective_rpc, "echo", args=(f"from-callback-{i}",), timeout=3.0,
                expect_errors=OK, check="callbacks")
@@ -105,7 +107,7 @@ def _done_callbacks_call(ex: Any) -> None:
         _quiet(f.result)
 
 
-def _raising_failure_callback(ex: Any) -> None:
+def _raising_failure_callback(ex: RecordingExecutor) -> None:
     ran: list[float] = []
 
     def raising() -> None:
@@ -143,7 +145,7 @@ _HOSTILE: list[tuple[str, Any, tuple[Any, ...], frozenset[str]]] = [
 ]
 
 
-def hostile_values(ex: Any) -> None:
+def hostile_values(ex: RecordingExecutor) -> None:
     for i, (_label, method, args, allowed) in enumerate(_HOSTILE):
         _quiet(ex.collective_rpc, method, args=args, timeout=5.0, expect_errors=allowed,
                check="hostile")
@@ -153,7 +155,7 @@ def hostile_values(ex: Any) -> None:
 
 # ---------------------------------------------------------------- Ctrl-C mid-stream
 
-def interrupt_stream(ex: Any) -> None:
+def interrupt_stream(ex: RecordingExecutor) -> None:
     """Multi-chunk echoes (3 MiB each way) for interrupt_driver faults to land in, then a
     reply whose unpickling sends SIGINT to the driver; every KeyboardInterrupt is caught."""
     end, i = time.monotonic() + STREAM_S, 0
@@ -184,7 +186,7 @@ STREAM_S = 0.8
 FD_HEADROOM = 6  # descriptors left free in the driver while the limit is low
 
 
-def fd_limit(ex: Any) -> None:
+def fd_limit(ex: RecordingExecutor) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = len(os.listdir("/proc/self/fd")) + FD_HEADROOM
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(low, soft), hard))
@@ -206,7 +208,7 @@ def _start_and_stop(cls: Any, cfg: Any) -> str:
     return "started"
 
 
-def memory_cap(ex: Any) -> None:
+def memory_cap(ex: RecordingExecutor) -> None:
     """Cap every worker at its size plus 256 MiB, allocate 1 GiB there, then uncap."""
     calls: list[tuple[Any, tuple[Any, ...], frozenset[str]]] = [
         (surroundings.cap_memory, (256 * MIB,), OK),
@@ -220,7 +222,7 @@ def memory_cap(ex: Any) -> None:
                check="exhaustion")
 
 
-AROUND: dict[str, Callable[[Any], None]] = {
+AROUND: dict[str, Workload] = {
     "burst": burst_of(200), "burst_10k": burst_of(10_000), "callback_chaos": callback_chaos,
     "done_callbacks": _done_callbacks_call, "failure_callbacks": _raising_failure_callback,
     "hostile_values": hostile_values, "interrupt_stream": interrupt_stream,

@@ -5,8 +5,9 @@
        └── future / result ◄── ReplyCollector ◄── reply queue r (shm ring, 1 reader) ◄─────┘
     monitor thread: waits on worker sentinels ──► _fail() ──► cancel pipe wakes every waiter
     death pipe: only the driver holds the write end; closing it (or dying) tells workers to go
-    nnodes > 1: requests also go to a TCP hub thread (executor/tcp_driver.py) that sends them
-    to the workers of the other nodes; their replies come back through it; a lost node fails us
+    nnodes > 1: requests also go to the other nodes' workers through ``RemoteNodes``
+    (executor/remote_nodes.py, imported only then: a TCP hub thread); their replies come back
+    through it; a lost node fails us
 
 Invariants:
 - ``_send_lock`` orders request ids, the rpc queue and the pending deque identically; a call
@@ -31,8 +32,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import secrets
-import tempfile
 import threading
 import time
 import weakref
@@ -56,8 +55,7 @@ from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name
 from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
-from executor.tcp_driver import DriverHub, NodeConfig, TcpBroadcastWriter, TcpReplies
-from executor.tcp_wire import read_secret_file, secret_from_env, write_secret_file
+from executor.surfaces import SpanLike
 from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
 
@@ -113,15 +111,17 @@ class MultiprocExecutor:
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
         init_method = distributed_init_method(cfg)
         if cfg.nnodes > 1:
-            self._start_hub(NodeConfig(cfg, init_method, policy, trace))
+            from executor.remote_nodes import RemoteNodes  # loads pyzmq: multi-node only
+
+            res.remote = RemoteNodes.start(cfg, init_method, policy, trace)
         deadline = time.monotonic() + cfg.startup_timeout
         res.handles, res.wiring = start_workers(cfg, rpc_ring, res.rings[1:], policy, trace,
                                                 init_method)
         try:
             wait_ready(res.handles, cfg.startup_timeout, self._rec,
                        span.context if span is not None else None)
-            if res.hub is not None:
-                res.hub.wait_ready(deadline, cfg.startup_timeout)
+            if res.remote is not None:
+                res.remote.wait_ready(deadline, cfg.startup_timeout)
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             if span is not None:
                 span.end(exc)
@@ -133,10 +133,9 @@ class MultiprocExecutor:
         )
         self._writer: MessageWriter = shm_writer
         readers: list[MessageReader] = list(self._attach_replies(policy))
-        if res.hub is not None:
-            self._writer = BroadcastWriter([shm_writer, TcpBroadcastWriter(res.hub)])
-            replies = TcpReplies(res.hub, [res.cancel_r], self._raise_failure)
-            readers += [replies.reader(rank) for rank in cfg.remote_ranks]
+        if res.remote is not None:
+            self._writer = BroadcastWriter([shm_writer, res.remote.writer()])
+            readers += res.remote.readers([res.cancel_r], self._raise_failure)
         self._collector = ReplyCollector(
             readers, res.reply_lock, lambda: self._failure, self._fail, self._call_resolved, self._rec,
         )
@@ -144,54 +143,11 @@ class MultiprocExecutor:
             [(h.rank, h.process, h.sentinel) for h in res.handles], self._death_callback()
         )
         res.monitor.start()
-        if res.hub is not None:
-            self._serve_remote(res.hub)
+        if res.remote is not None:  # from now on a lost node fails us (before, start-up)
+            res.remote.serve(self._on_node_lost)
         if span is not None:
             span.set_attribute("faultlab.worker_pids", str(self.worker_pids))
             span.end()
-
-    def _start_hub(self, node_config: NodeConfig) -> None:
-        """Bind the TCP socket remote workers connect to and start its thread."""
-        cfg, res = self.config, self._res
-        secret = self._secret()
-        res.hub = DriverHub(cfg, secret, node_config)
-        res.hub.start()
-        log.info("executor: remote workers connect to %s (node ranks 1..%d; secret in %s)",
-                 res.hub.address, cfg.nnodes - 1, self.secret_file or "$FAULTLAB_SECRET")
-
-    def _secret(self) -> bytes:
-        """FAULTLAB_SECRET, else the configured file (read, or created), else a fresh private file."""
-        self.secret_file: str | None = None
-        env = secret_from_env()
-        if env is not None:
-            return env
-        path = self.config.secret_file
-        if path is not None and os.path.exists(path):
-            self.secret_file = path
-            return read_secret_file(path)
-        if path is None:
-            self._res.secret_dir = tempfile.mkdtemp(prefix="faultlab-secret-")
-            path = os.path.join(self._res.secret_dir, "secret")
-        secret = secrets.token_bytes(32)
-        write_secret_file(path, secret)
-        self.secret_file = path
-        return secret
-
-    def _serve_remote(self, hub: DriverHub) -> None:
-        """From now on a lost node fails the executor (before, it failed start-up)."""
-        method = weakref.WeakMethod(self._on_node_lost)
-
-        def on_lost(node: int, ranks: list[int], why: str) -> None:
-            bound = method()
-            if bound is not None:
-                bound(node, ranks, why)
-
-        hub.on_lost = on_lost
-        with hub._cond:
-            hub.serving = True
-            lost = hub.lost
-        if lost is not None:
-            threading.Thread(target=on_lost, args=(0, [], lost), name="faultlab-node-lost").start()
 
     def _attach_replies(self, policy: WaitPolicy) -> list[QueueReader]:
         readers = []
@@ -209,19 +165,24 @@ class MultiprocExecutor:
     @property
     def worker_pids(self) -> list[int]:
         pids = [h.pid for h in self._res.handles]
-        if self._res.hub is not None:
-            pids += [self._res.hub.pids.get(r, 0) for r in self.config.remote_ranks]
+        if self._res.remote is not None:
+            pids += self._res.remote.pids()
         return pids
 
     @property
     def driver_address(self) -> str | None:
         """"HOST:PORT" that remote workers connect to (None when nnodes is 1)."""
-        return self._res.hub.address if self._res.hub is not None else None
+        return self._res.remote.address if self._res.remote is not None else None
+
+    @property
+    def secret_file(self) -> str | None:
+        """The file holding the TCP secret (None: one node, or from $FAULTLAB_SECRET)."""
+        return self._res.remote.secret_file if self._res.remote is not None else None
 
     @property
     def rejected_messages(self) -> int:
         """How many TCP messages failed authentication and were dropped unread."""
-        return self._res.hub.rejected if self._res.hub is not None else 0
+        return self._res.remote.rejected if self._res.remote is not None else 0
 
     @property
     def is_failed(self) -> bool:
@@ -272,9 +233,9 @@ class MultiprocExecutor:
         """Raise ExecutorFailedError if the executor failed or any worker is gone."""
         self._check_owner()
         self._raise_failure()
-        hub = self._res.hub
-        if hub is not None and hub.lost is not None:
-            raise ExecutorFailedError(hub.lost)
+        remote = self._res.remote
+        if remote is not None and remote.lost is not None:
+            raise ExecutorFailedError(remote.lost)
         for h in self._res.handles:
             if h.process.exitcode is not None:
                 raise ExecutorFailedError(
@@ -403,7 +364,7 @@ class MultiprocExecutor:
 
     def _encode(
         self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
-        reply_rank: int | None, span: Any,
+        reply_rank: int | None, span: SpanLike | None,
     ) -> list[Any]:
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
         try:
@@ -424,7 +385,7 @@ class MultiprocExecutor:
                 span.end(error)
             raise error from exc
 
-    def _enqueue(self, call: PendingCall, parts: list[Any], span: Any) -> None:
+    def _enqueue(self, call: PendingCall, parts: list[Any], span: SpanLike | None) -> None:
         start_ns = time.time_ns() if span is not None else 0
         deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
         try:
@@ -454,7 +415,7 @@ class MultiprocExecutor:
         return self._rec.start_span(f"rpc {call.method}", telemetry.caller_parent())
 
     @staticmethod
-    def _describe_rpc(call: PendingCall, span: Any, size: int) -> None:
+    def _describe_rpc(call: PendingCall, span: SpanLike, size: int) -> None:
         """The RPC span's attributes, written once the request is out (off its critical path)."""
         attributes: dict[str, Any] = {
             "rpc.system.name": "faultlab", "rpc.method": call.method, "span.kind": "client",

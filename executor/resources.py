@@ -1,7 +1,8 @@
 """Every OS resource of one executor, and the one idempotent way to release them.
 
     MultiprocExecutor ──owns──► ExecutorResources: worker processes, pipes, shm mappings,
-                                the monitor thread, the TCP hub (nnodes > 1), the cancel pipe
+                                the monitor thread, the remote nodes' hub (nnodes > 1), the
+                                cancel pipe
     shutdown(): death pipe closed ─► stop_processes (grace, SIGTERM, SIGKILL) ─► join the
                 monitor ─► close queues (mappings, ring fds) and pipes (under both queue locks)
 
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
+from typing import TYPE_CHECKING
 
 import telemetry
 from executor import death_pipes
@@ -27,8 +28,10 @@ from executor.launch import Wiring, WorkerHandle
 from executor.monitor import WorkerMonitor
 from executor.shm_queue import ShmRingBuffer
 from executor.stopping import stop_processes
-from executor.tcp_driver import DriverHub
 from executor.wakeup import WakeupPipe
+
+if TYPE_CHECKING:  # pyzmq is loaded only when nnodes > 1 (executor/remote_nodes.py)
+    from executor.remote_nodes import RemoteNodes
 
 log = logging.getLogger("executor")
 
@@ -42,8 +45,7 @@ class ExecutorResources:
         self.handles: list[WorkerHandle] = []
         self.wiring: Wiring | None = None
         self.monitor: WorkerMonitor | None = None
-        self.hub: DriverHub | None = None  # nnodes > 1 only
-        self.secret_dir: str | None = None  # a private temp dir holding a generated secret file
+        self.remote: RemoteNodes | None = None  # nnodes > 1 only
         # Written once at failure or shutdown and never drained: every later wait wakes at once.
         self.cancel_pipe = WakeupPipe()
         self.cancel_r = self.cancel_pipe.r
@@ -53,7 +55,7 @@ class ExecutorResources:
         self.send_lock = threading.Lock()
         self.reply_lock = threading.Lock()
         self.done = threading.Event()
-        self.started = False
+        self.shutdown_started = False  # set once, under lock, by the shutdown that runs
         self.rec = telemetry.get_recorder()
         # Only the process that created the executor may touch its workers and pipes: a
         # forked child inherits this object (and its finalizer, run at the child's exit)
@@ -74,10 +76,10 @@ class ExecutorResources:
         if not self.owned():
             return  # a forked child's copy: the parent's workers are not ours to stop
         with self.lock:
-            if self.started:
+            if self.shutdown_started:
                 first = False
             else:
-                self.started = first = True
+                self.shutdown_started = first = True
         if not first:
             monitor = self.monitor
             if monitor is threading.current_thread():
@@ -104,8 +106,8 @@ class ExecutorResources:
         if self.wiring is not None:
             death_pipes.unregister(self.wiring.death.fileno())
             self.wiring.death.close()
-        if self.hub is not None:
-            self.hub.stop()  # BYE to remote workers, in parallel with stopping local ones
+        if self.remote is not None:
+            self.remote.stop()  # BYE to remote workers, in parallel with stopping local ones
         stop_processes(
             [(h.rank, h.process, h.exit_fd) for h in self.handles],
             self.cfg.shutdown_grace, self.cfg.sigterm_grace, self._record_step,
@@ -143,17 +145,8 @@ class ExecutorResources:
         for conn in conns:
             conn.close()
         self.cancel_pipe.close()
-        self._close_hub()
-
-    def _close_hub(self) -> None:
-        hub = self.hub
-        if hub is not None:
-            hub.stop()
-            if hub is not threading.current_thread():
-                hub.join(5.0)
-            hub.close()
-        if self.secret_dir is not None:
-            shutil.rmtree(self.secret_dir, ignore_errors=True)
+        if self.remote is not None:
+            self.remote.close()
 
 
 def _close_process(handle: WorkerHandle) -> None:

@@ -69,7 +69,8 @@ class NodeConfig:
     trace: tuple[int, int, int] | None = None
 
 
-def _socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+def new_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+    """A socket that never drops (no high-water mark) and does not linger at close."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)  # never drop; the collector's deadlines bound every wait
@@ -85,7 +86,7 @@ class DriverHub(threading.Thread):
         self.cfg, self.secret = cfg, secret
         self._config_blob = pickle.dumps(node_config)
         self.ctx = zmq.Context()
-        self.router = _socket(self.ctx, zmq.ROUTER)
+        self.router = new_socket(self.ctx, zmq.ROUTER)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone peer raises
         try:
             self.router.bind(f"tcp://{cfg.driver_host}:{cfg.driver_port}")
@@ -96,13 +97,13 @@ class DriverHub(threading.Thread):
                           f"workers: {exc}") from exc
         self.port = int(self.router.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
         base = f"inproc://faultlab-hub-{os.getpid()}-{id(self)}"
-        self._requests_in = _socket(self.ctx, zmq.PULL)
+        self._requests_in = new_socket(self.ctx, zmq.PULL)
         self._requests_in.bind(base + "-requests")
-        self._replies_out = _socket(self.ctx, zmq.PUSH)
+        self._replies_out = new_socket(self.ctx, zmq.PUSH)
         self._replies_out.bind(base + "-replies")
-        self.requests_out = _socket(self.ctx, zmq.PUSH)  # executor side, under the send lock
+        self.requests_out = new_socket(self.ctx, zmq.PUSH)  # executor side, under the send lock
         self.requests_out.connect(base + "-requests")
-        self.replies_in = _socket(self.ctx, zmq.PULL)  # executor side, under the reply lock
+        self.replies_in = new_socket(self.ctx, zmq.PULL)  # executor side, under the reply lock
         self.replies_in.connect(base + "-replies")
         self._stop_pipe = WakeupPipe()
         self._ranks = {rank_identity(r): r for r in cfg.remote_ranks}
@@ -271,6 +272,13 @@ class DriverHub(threading.Thread):
             )
         if self.lost is not None:
             raise WorkerStartupError(f"before READY: {self.lost}")
+
+    def serve(self, on_lost: LostCallback) -> str | None:
+        """Start-up is over: report a loss to ``on_lost`` from now on; return one seen before."""
+        with self._cond:
+            self.on_lost = on_lost
+            self.serving = True
+            return self.lost
 
     def stop(self) -> None:
         """Make the thread say BYE and close its sockets; safe to call any time, any thread."""

@@ -37,8 +37,9 @@ from typing import Any
 import zmq
 
 from executor.errors import AuthenticationError, CorruptMessageError
+from executor.process_setup import ExitState, prepare_process
 from executor.protocol import EXIT_PARENT_DIED, EXIT_STARTUP_FAILED, RemoteError
-from executor.tcp_driver import NodeConfig
+from executor.tcp_driver import NodeConfig, new_socket
 from executor.tcp_wire import (
     BYE,
     CONFIG,
@@ -56,7 +57,7 @@ from executor.tcp_wire import (
 )
 from executor.waiting import WaitPolicy
 from executor.worker_base import WorkerContext
-from executor.worker_proc import WorkerProc, _ExitState, _prepare_process, leave_loop
+from executor.worker_proc import WorkerProc, leave_loop
 
 log = logging.getLogger("executor.tcp")
 _DAMAGED = b"X"  # link -> main: a request failed authentication; then its (untrusted) msg_id
@@ -82,33 +83,25 @@ class RemoteBootstrap:
     keep_buffers: bool = True
 
 
-def _socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
-    sock = ctx.socket(kind)
-    sock.setsockopt(zmq.SNDHWM, 0)
-    sock.setsockopt(zmq.RCVHWM, 0)
-    sock.setsockopt(zmq.LINGER, 0)
-    return sock
-
-
 class WorkerLink(threading.Thread):
     """Owns this worker's TCP socket; relays requests in and replies out; heartbeats."""
 
-    def __init__(self, boot: RemoteBootstrap, state: _ExitState) -> None:
+    def __init__(self, boot: RemoteBootstrap, state: ExitState) -> None:
         super().__init__(name="faultlab-tcp-link", daemon=True)
         self.boot, self.state, self.rank = boot, state, boot.ctx.rank
         self.ctx = zmq.Context()
-        self.dealer = _socket(self.ctx, zmq.DEALER)
+        self.dealer = new_socket(self.ctx, zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, rank_identity(self.rank))
         self.dealer.setsockopt(zmq.LINGER, 2000)  # let the last reply / start-up error out
         self.dealer.connect(f"tcp://{boot.driver}")
         base = f"inproc://faultlab-link-{os.getpid()}"
-        self._to_main = _socket(self.ctx, zmq.PUSH)
+        self._to_main = new_socket(self.ctx, zmq.PUSH)
         self._to_main.bind(base + "-in")
-        self._from_main = _socket(self.ctx, zmq.PULL)
+        self._from_main = new_socket(self.ctx, zmq.PULL)
         self._from_main.bind(base + "-out")
-        self.inbox = _socket(self.ctx, zmq.PULL)  # main thread
+        self.inbox = new_socket(self.ctx, zmq.PULL)  # main thread
         self.inbox.connect(base + "-in")
-        self.outbox = _socket(self.ctx, zmq.PUSH)  # main and reply threads, under outbox_lock
+        self.outbox = new_socket(self.ctx, zmq.PUSH)  # main and reply threads, under outbox_lock
         self.outbox.connect(base + "-out")
         self.outbox_lock = threading.Lock()
         self._stop_r, self._stop_w = os.pipe()
@@ -250,7 +243,7 @@ class LinkWriter:
 
 def remote_worker_main(boot: RemoteBootstrap) -> None:
     """Process entry point of a remote worker."""
-    state = _prepare_process(boot)
+    state = prepare_process(boot)
     link = WorkerLink(boot, state)
     link.start()
     try:
@@ -273,7 +266,7 @@ def remote_worker_main(boot: RemoteBootstrap) -> None:
 def fetch_node_config(driver: str, node: int, secret: bytes, timeout: float) -> NodeConfig:
     """Say HELLO to the driver and return its CONFIG (authenticated), retrying until ``timeout``."""
     ctx = zmq.Context()
-    sock = _socket(ctx, zmq.DEALER)
+    sock = new_socket(ctx, zmq.DEALER)
     try:
         sock.setsockopt(zmq.ROUTING_ID, node_identity(node))
         sock.connect(f"tcp://{driver}")

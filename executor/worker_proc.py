@@ -4,6 +4,7 @@
                    ▲                                   │ (async scheduling: a reply thread
                    │ interrupt                         ▼  pickles and enqueues instead)
     death pipe ────┴── EOF ─► watcher thread ─► SIGTERM to self ─► (grace) ─► os._exit
+    process set-up (signals, PDEATHSIG, fd hygiene, the watcher): executor/process_setup.py
 
 Invariants:
 - Every request this rank must answer gets exactly one reply with the request's id, whatever
@@ -22,25 +23,23 @@ Invariants:
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import importlib
 import logging
 import os
 import queue
-import signal
 import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any
 
 import telemetry
-from executor import death_pipes, failpoints
+from executor import failpoints
 from executor.errors import CorruptMessageError, QueueCorruptedError
+from executor.process_setup import ExitState, ProcessBoot, prepare_process
 from executor.protocol import (
     ALL_RANKS,
-    EXIT_PARENT_DIED,
     EXIT_QUEUE_CORRUPTED,
     EXIT_STARTUP_FAILED,
     FATAL,
@@ -57,7 +56,6 @@ from executor.waiting import Doorbell, WaitPolicy
 from executor.worker_base import WorkerContext
 
 log = logging.getLogger("executor.worker")
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -87,33 +85,13 @@ class WorkerBootstrap:
     keep_buffers: bool = True
 
 
-class ProcessBoot(Protocol):
-    """What process set-up needs from a bootstrap (local ``WorkerBootstrap`` or remote)."""
-
-    ctx: WorkerContext
-    worker: str
-    death: Connection
-    start_method: str
-    thread_cap: int
-    exit_grace_s: float
-    trace: tuple[int, int, int] | None
-    environ: dict[str, str]
-    keep_buffers: bool
-
-
 class _Leave(Exception):
     """The death pipe reached EOF: leave the loop and exit."""
 
 
-@dataclasses.dataclass
-class _ExitState:
-    terminating: int = 0  # the signal that asked us to exit, once
-    exiting: bool = False  # the loop is done; ignore further signals
-
-
 def worker_main(boot: WorkerBootstrap) -> None:
     """Process entry point."""
-    state = _prepare_process(boot)
+    state = prepare_process(boot)
     try:
         proc = WorkerProc(boot, state)
     except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
@@ -125,124 +103,6 @@ def worker_main(boot: WorkerBootstrap) -> None:
         proc.rec.event("worker.ready", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid()},
                        telemetry.SpanContext.from_wire(boot.trace))
     proc.run()
-
-
-def _prepare_process(boot: ProcessBoot) -> _ExitState:
-    if boot.start_method == "fork":
-        death_pipes.close_inherited()  # the driver's write ends, ours and other executors'
-
-    elif boot.start_method == "forkserver":
-        _drop_forkserver_alive_fd()
-        _adopt_environ(boot.environ)
-    _set_parent_death_signal(signal.SIGCONT)
-    state = _ExitState()
-    _install_signal_handlers(state)
-    telemetry.configure_process("worker", boot.ctx.rank)
-    failpoints.install_from_env("worker", boot.ctx.rank)
-    _cap_threads(boot.thread_cap, boot.ctx.rank)
-    if boot.keep_buffers:
-        _keep_freed_buffers()
-    rec = telemetry.get_recorder()
-    if rec.enabled:
-        rec.event("worker.start", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid(),
-                                   "faultlab.start_method": boot.start_method},
-                  telemetry.SpanContext.from_wire(boot.trace))
-    threading.Thread(
-        target=_watch_parent, args=(boot, state), name="faultlab-death-pipe", daemon=True
-    ).start()
-    return state
-
-
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
-def _adopt_environ(environ: dict[str, str]) -> None:
-    for key in set(os.environ) - set(environ):
-        del os.environ[key]
-    os.environ.update(environ)
-
-
-def _drop_forkserver_alive_fd() -> None:
-    """Forkserver children inherit the driver's end of the forkserver's 'alive' pipe.
-
-    While any child holds it the forkserver never sees the driver die, so it never exits and
-    the kernel never sends its children the parent-death signal: a SIGSTOPped worker would
-    then outlive the driver.  Workers do not start processes through the forkserver.
-    """
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        _close_quietly(fd)
-        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
-
-
-def _set_parent_death_signal(sig: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the death pipe alone must do
-        pass
-
-
-def _install_signal_handlers(state: _ExitState) -> None:
-    def handler(signum: int, _frame: Any) -> None:
-        if state.terminating or state.exiting:
-            return
-        state.terminating = signum
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
-def _keep_freed_buffers() -> None:
-    """Serve large allocations from the heap and do not trim it, so that the buffer of one
-    message is reused by the next instead of being unmapped and page-faulted in again."""
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(m_mmap_threshold, 1 << 30)
-        libc.mallopt(m_trim_threshold, 1 << 30)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
-def _cap_threads(cap: int, rank: int) -> None:
-    if "OMP_NUM_THREADS" in os.environ:
-        log.info("worker %d: OMP_NUM_THREADS=%s set by the user; not capping threads",
-                 rank, os.environ["OMP_NUM_THREADS"])
-        return
-    os.environ["OMP_NUM_THREADS"] = str(cap)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(cap)
-    log.info("worker %d: capped intra-op threads to %d (set OMP_NUM_THREADS to override)",
-             rank, cap)
-
-
-def _watch_parent(boot: ProcessBoot, state: _ExitState) -> None:
-    fd = boot.death.fileno()
-    try:
-        while os.read(fd, 1):
-            pass
-    except OSError:
-        return
-    if failpoints.ACTIVE:
-        failpoints.fire("worker.death_pipe", rank=boot.ctx.rank)
-    rec = telemetry.get_recorder()
-    if rec.enabled:  # when the driver was killed, this is the moment its death was seen
-        # Its own trace: parented to start-up, it would stretch that trace over the whole run.
-        rec.event("worker.death_pipe_eof", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid()})
-    if not state.exiting:
-        os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(boot.exit_grace_s)
-    os._exit(EXIT_PARENT_DIED)  # still here: stuck in C code that signals cannot interrupt
 
 
 def _report_startup_failure(boot: WorkerBootstrap, exc: BaseException) -> None:
@@ -264,7 +124,7 @@ class WorkerProc:
     """The worker's queues, its worker object, and the serve loop."""
 
     def __init__(
-        self, boot: ProcessBoot, state: _ExitState,
+        self, boot: ProcessBoot, state: ExitState,
         queues: tuple[MessageReader, MessageWriter] | None = None,
     ) -> None:
         self.rank = boot.ctx.rank

@@ -328,7 +328,7 @@ class LLMEngine:
                 return
             cause = error
         self._fail(cause)
-        raise self._failure() from cause
+        raise self._failure_again() from cause
 
     def _fail(self, cause: BaseException) -> None:
         """Fail every pending request with one error naming ``cause``; idempotent."""
@@ -399,9 +399,9 @@ class LLMEngine:
 
     def _raise_if_failed(self) -> None:
         if self.failure is not None:
-            raise self._failure()
+            raise self._failure_again()
 
-    def _failure(self) -> EngineFailedError:
+    def _failure_again(self) -> EngineFailedError:
         assert self.failure is not None
         error = EngineFailedError(str(self.failure))
         error.__cause__ = self.failure.__cause__
@@ -415,9 +415,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _is_executor_failed(exc: BaseException) -> bool:
     return isinstance(exc, ExecutorFailedError)
-
-
-Engine = LLMEngine
 
 
 def generation_workload(prompts: Mapping[str, Sequence[int]], max_new_tokens: int, *,

@@ -68,7 +68,7 @@ def scatter(partial: Partial, src: memoryview) -> list[memoryview]:
 
 
 def digest_pieces(pieces: Sequence[memoryview]) -> int:
-    """The queue's 32-bit check value (``shm_queue._digest``) of the pieces' concatenation."""
+    """The queue's 32-bit check value (``shm_ring.digest``) of the pieces' concatenation."""
     if len(pieces) == 1:
         return xxhash.xxh3_64_intdigest(pieces[0]) & 0xFFFFFFFF
     h = xxhash.xxh3_64()

@@ -56,15 +56,7 @@ from executor import failpoints
 from executor.errors import CorruptMessageError, QueueCorruptedError, QueueFullError
 from executor.serialization import frame_layout
 from executor.shm_assembly import Layout, Partial, digest_pieces, partial_for, scatter
-from executor.shm_ring import (  # re-exported: the queue's public names stay here
-    _META,
-    _META_ALL,
-    _META_CRC,
-    _META_FIELDS,
-    _PUBLISHED,
-    _READ_FLAGS,
-    _U32,
-    _U64,
+from executor.shm_ring import (  # the queue's public names (QueueSpec, ...) are re-exported
     ABORT,
     CHECKED,
     FIRST,
@@ -72,8 +64,16 @@ from executor.shm_ring import (  # re-exported: the queue's public names stay he
     ChunkMeta,
     QueueSpec,
     ShmRingBuffer,
-    _digest,
 )
+from executor.shm_ring import META as _META
+from executor.shm_ring import META_ALL as _META_ALL
+from executor.shm_ring import META_CRC as _META_CRC
+from executor.shm_ring import META_FIELDS as _META_FIELDS
+from executor.shm_ring import PUBLISHED as _PUBLISHED
+from executor.shm_ring import READ_FLAGS as _READ_FLAGS
+from executor.shm_ring import U32 as _U32
+from executor.shm_ring import U64 as _U64
+from executor.shm_ring import digest as _digest
 from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fence, ring
 
 _SPLIT_MIN = 64 << 10  # a one-chunk message this long goes through the reader's layout

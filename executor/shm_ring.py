@@ -20,19 +20,19 @@ from executor.shm import SegmentFd, ShmSegment
 MAGIC = b"FLQ1"
 VERSION = 2
 _HEADER = struct.Struct("<4sIIIQ")  # magic, version, n_readers, n_chunks, chunk_bytes
-_PUBLISHED = 24  # u64 in the header: the last sequence number the writer published
-_META = struct.Struct("<QQQIII")  # seq, msg_id, total, length, flags, data_crc
-_META_ALL = struct.Struct("<QQQIIII")  # the same, then meta_crc
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-_META_FIELDS = 8  # offset of seq inside a chunk's meta
-_META_CRC = 44  # offset of meta_crc; it covers bytes 8..44
-_READ_FLAGS = 48
+PUBLISHED = 24  # u64 in the header: the last sequence number the writer published
+META = struct.Struct("<QQQIII")  # seq, msg_id, total, length, flags, data_crc
+META_ALL = struct.Struct("<QQQIIII")  # the same, then meta_crc
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+META_FIELDS = 8  # offset of seq inside a chunk's meta
+META_CRC = 44  # offset of meta_crc; it covers bytes 8..44
+READ_FLAGS = 48
 
 FIRST, LAST, ABORT, CHECKED = 1, 2, 4, 8
 
 
-def _digest(data: memoryview | bytes | bytearray) -> int:
+def digest(data: memoryview | bytes | bytearray) -> int:
     """A 32-bit check value: xxh3 runs at ~10 GB/s here, CRC32 at ~2."""
     return xxhash.xxh3_64_intdigest(data) & 0xFFFFFFFF
 
@@ -61,7 +61,7 @@ class QueueSpec:
 
     @property
     def meta_size(self) -> int:
-        return _align(_READ_FLAGS + self.n_readers, 8)
+        return _align(READ_FLAGS + self.n_readers, 8)
 
     @property
     def flags_offset(self) -> int:
@@ -108,7 +108,7 @@ class ShmRingBuffer:
         _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, spec.n_readers, spec.n_chunks, spec.chunk_bytes)
         for base in self.metas:
             self.buf[base : base + spec.meta_size] = bytes(spec.meta_size)
-            self.buf[base + _READ_FLAGS : base + _READ_FLAGS + spec.n_readers] = (
+            self.buf[base + READ_FLAGS : base + READ_FLAGS + spec.n_readers] = (
                 b"\1" * spec.n_readers
             )
 
@@ -127,13 +127,13 @@ class ShmRingBuffer:
         return self.datas[index]
 
     def seq_at(self, index: int) -> int:
-        return int(_U64.unpack_from(self.buf, self.metas[index] + _META_FIELDS)[0])
+        return int(U64.unpack_from(self.buf, self.metas[index] + META_FIELDS)[0])
 
     def published(self) -> int:
-        return int(_U64.unpack_from(self.buf, _PUBLISHED)[0])
+        return int(U64.unpack_from(self.buf, PUBLISHED)[0])
 
     def progress(self, reader: int) -> int:
-        return int(_U64.unpack_from(self.buf, self.spec.progress_offset + 8 * reader)[0])
+        return int(U64.unpack_from(self.buf, self.spec.progress_offset + 8 * reader)[0])
 
     def close(self) -> None:
         self.flags.release()
@@ -149,13 +149,13 @@ class ChunkMeta:
 
     FIELDS = ("seq", "msg_id", "total", "length", "flags", "data_crc")
     FIRST, LAST, ABORT = FIRST, LAST, ABORT
-    SIZE_WITH_FIRST_READ_FLAG = _READ_FLAGS + 1  # written flag through reader 0's read flag
+    SIZE_WITH_FIRST_READ_FLAG = READ_FLAGS + 1  # written flag through reader 0's read flag
 
     def __init__(self, buf: memoryview, meta: int) -> None:
         self.buf, self.meta = buf, meta
 
     def read(self) -> dict[str, int]:
-        return dict(zip(self.FIELDS, _META.unpack_from(self.buf, self.meta + _META_FIELDS), strict=True))
+        return dict(zip(self.FIELDS, META.unpack_from(self.buf, self.meta + META_FIELDS), strict=True))
 
     def write(self, *, reseal: bool, **changes: int) -> None:
         """Change fields; ``reseal`` recomputes meta_crc so only other checks can tell."""
@@ -164,13 +164,13 @@ class ChunkMeta:
         if unknown:
             raise ValueError(f"unknown chunk metadata fields {sorted(unknown)}")
         fields.update(changes)
-        _META.pack_into(self.buf, self.meta + _META_FIELDS, *(fields[f] for f in self.FIELDS))
+        META.pack_into(self.buf, self.meta + META_FIELDS, *(fields[f] for f in self.FIELDS))
         if reseal:
             self.reseal()
 
     def reseal(self) -> None:
         base = self.meta
-        _U32.pack_into(self.buf, base + _META_CRC, _digest(self.buf[base + _META_FIELDS : base + _META_CRC]))
+        U32.pack_into(self.buf, base + META_CRC, digest(self.buf[base + META_FIELDS : base + META_CRC]))
 
     @property
     def written(self) -> int:

@@ -441,31 +441,27 @@ class MultiprocExecutor:
             raise failure from exc
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             if span is not None:
-                self._rec.start_span("executor.enqueue", span.context, None, start_ns).end(exc)
+                span.enqueue_failed(start_ns, exc)
                 span.end(exc)
             raise
         if span is not None:  # written after the request is out, while the workers work on it
-            self._rec.start_span("executor.enqueue", span.context, None, start_ns).end()
-            self._describe_rpc(call, span, sum(map(len, parts)))
+            self._describe_rpc(call, span, start_ns, sum(map(len, parts)))
 
-    # Each attribute is a journal record (~1-2 µs): only what the span's name, its parent
-    # and its process's resource (role, rank, pid) do not already say.
-    def _start_rpc_span(self, call: PendingCall, timeout: float | None) -> Any:
-        return self._rec.start_span(f"rpc {call.method}")
+    def _start_rpc_span(
+        self, call: PendingCall, timeout: float | None,
+        parent: telemetry.SpanContext | None = None,
+    ) -> Any:
+        """The RPC's client span, begun before the request is sent (a driver that dies
+        mid-RPC leaves it truncated); a child of ``parent``, else a new trace."""
+        return self._rec.start_client_span(f"rpc {call.method}", parent)
 
     @staticmethod
-    def _describe_rpc(call: PendingCall, span: Any, size: int) -> None:
-        """The RPC span's attributes, written once the request is out (off its critical path)."""
-        attributes: dict[str, Any] = {
-            "rpc.system.name": "faultlab", "rpc.method": call.method, "span.kind": "client",
-            "faultlab.rpc_id": call.rpc_id,
-            "faultlab.non_block": call.future is not None, "messaging.message.body.size": size,
-        }
-        if call.timeout is not None:
-            attributes["faultlab.timeout_s"] = float(call.timeout)
-        if len(call.ranks) == 1:
-            attributes["faultlab.reply_rank"] = call.ranks[0]
-        span.set_attributes(attributes)
+    def _describe_rpc(call: PendingCall, span: Any, start_ns: int, size: int) -> None:
+        """One journal record, written once the request is out (off its critical path): the
+        enqueue span and the RPC span's attributes (rpc.*, faultlab.rpc_id, ...), expanded
+        when the run is read (telemetry.span.ClientSpan)."""
+        reply_rank = call.ranks[0] if len(call.ranks) == 1 else None
+        span.sent(start_ns, call.rpc_id, size, call.future is not None, call.timeout, reply_rank)
 
     def _relieve(self) -> bool:
         """The rpc queue is full: collect the replies that are there (see shm_queue)."""

@@ -453,35 +453,26 @@ _NO_SPANS = _WorkerSpans()
 
 
 class _TracedSpans(_WorkerSpans):
-    """Only the execute span is written on the reply's critical path (so a worker that dies
-    in its method leaves it open, truncated); the dequeue and reply-enqueue spans are written
-    with their measured times once the reply is on its way, when the driver is busy with it.
-    Rank and pid are the journal's (the process resource), the method is in the name and the
-    rpc id is the parent's: each attribute would cost a journal record."""
+    """The execute span begins now (its start record is in the journal, so a worker that
+    dies in its method, or before its reply is out, leaves it open: truncated).  One record
+    written once the reply is on its way ends it and carries the dequeue and reply-enqueue
+    times, expanded into ``worker.dequeue`` / ``worker.reply_enqueue`` spans when the run
+    is read (``telemetry.span.ServerSpan``).  Rank and pid are the journal's (the process
+    resource), the method is in the name and the rpc id is the parent's."""
 
     def __init__(self, rec: Any, trace: Any, method: Any, waited_ns: int, got_ns: int) -> None:
-        self._unpickled_ns = time.time_ns()
-        self._rec = rec
-        self._parent = telemetry.SpanContext.from_wire(trace)
-        self._waited_ns, self._got_ns = waited_ns, got_ns
-        self._execute = rec.start_span(f"worker.execute {method_name(method)}", self._parent)
-        self._reply_ns = 0
+        self._span = rec.start_server_span(f"worker.execute {method_name(method)}",
+                                           telemetry.SpanContext.from_wire(trace),
+                                           waited_ns, got_ns)
 
     def executed(self, error: BaseException | None) -> None:
-        self._execute.end(error)
+        self._span.executed(error)
 
     def reply_start(self) -> None:
-        self._reply_ns = time.time_ns()
+        self._span.reply_start()
 
     def finish(self) -> None:
-        done_ns = time.time_ns()
-        rec, parent = self._rec, self._parent
-        # From the message in hand to unpickled; the (idle) wait before it as an attribute.
-        dequeue = rec.start_span("worker.dequeue", parent, {
-            "faultlab.queue.wait_ns": self._got_ns - self._waited_ns}, self._got_ns)
-        dequeue.end(None, self._unpickled_ns)
-        if self._reply_ns:
-            rec.start_span("worker.reply_enqueue", parent, None, self._reply_ns).end(None, done_ns)
+        self._span.finish()
 
 
 def leave_loop() -> None:

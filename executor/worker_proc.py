@@ -346,10 +346,15 @@ class WorkerProc:
             if must_reply:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
+        spans: Any = _NO_SPANS
         if self.rec.enabled and trace is not None:
-            spans: _WorkerSpans = _TracedSpans(self.rec, trace, method, waited_ns, got_ns)
-        else:
-            spans = _NO_SPANS
+            # The execute span (telemetry.span.ServerSpan): its start record now, so a
+            # worker that dies in its method or before its reply is out leaves it open,
+            # truncated; one record once the reply is out ends it and carries the dequeue
+            # and reply-enqueue times (worker.dequeue / worker.reply_enqueue when read).
+            # Rank and pid are the journal's, the rpc id is the parent's.
+            spans = self.rec.start_server_span(f"worker.execute {method_name(method)}", trace,
+                                               waited_ns, got_ns)
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
         if must_reply:
             spans.reply_start()
@@ -357,7 +362,7 @@ class WorkerProc:
         spans.finish()
 
     def _execute(
-        self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: _WorkerSpans
+        self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: Any
     ) -> tuple[int, Any]:
         try:
             if failpoints.ACTIVE:
@@ -436,8 +441,8 @@ def _annotated(exc: BaseException, what: str) -> RemoteError:
 
 
 class _WorkerSpans:
-    """The worker's spans for one call: dequeue, execute, reply enqueue.  This base is the
-    tracing-off case and does nothing; one shared instance serves every call."""
+    """The worker's spans for one call when it is not traced: the calls of
+    ``telemetry.span.ServerSpan``, doing nothing; one shared instance serves every call."""
 
     def executed(self, error: BaseException | None) -> None:
         pass
@@ -450,29 +455,6 @@ class _WorkerSpans:
 
 
 _NO_SPANS = _WorkerSpans()
-
-
-class _TracedSpans(_WorkerSpans):
-    """The execute span begins now (its start record is in the journal, so a worker that
-    dies in its method, or before its reply is out, leaves it open: truncated).  One record
-    written once the reply is on its way ends it and carries the dequeue and reply-enqueue
-    times, expanded into ``worker.dequeue`` / ``worker.reply_enqueue`` spans when the run
-    is read (``telemetry.span.ServerSpan``).  Rank and pid are the journal's (the process
-    resource), the method is in the name and the rpc id is the parent's."""
-
-    def __init__(self, rec: Any, trace: Any, method: Any, waited_ns: int, got_ns: int) -> None:
-        self._span = rec.start_server_span(f"worker.execute {method_name(method)}",
-                                           telemetry.SpanContext.from_wire(trace),
-                                           waited_ns, got_ns)
-
-    def executed(self, error: BaseException | None) -> None:
-        self._span.executed(error)
-
-    def reply_start(self) -> None:
-        self._span.reply_start()
-
-    def finish(self) -> None:
-        self._span.finish()
 
 
 def leave_loop() -> None:

@@ -122,15 +122,15 @@ class Recorder:
         return self._start(ClientSpan, name, parent, None)
 
     def start_server_span(
-        self, name: str, parent: SpanContext | None, waited_ns: int, got_ns: int,
+        self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,
     ) -> ServerSpan | NonRecordingSpan:
-        """A worker's execute span, starting now; the queue wait began at ``waited_ns`` and
-        the message was in hand at ``got_ns`` (the worker.dequeue span, written at finish)."""
+        """A worker's execute span, starting now, child of the driver's span ``wire`` (the
+        ``SpanContext.to_wire`` tuple from the request); the queue wait began at
+        ``waited_ns`` and the message was in hand at ``got_ns``."""
         now = _time_ns()
-        span = self._start(ServerSpan, name, parent, now)
+        span = self._start(ServerSpan, name, SpanContext.from_wire(wire), now)
         if type(span) is ServerSpan:
-            times = span._times
-            times[0], times[1], times[2] = waited_ns, got_ns, now
+            span._waited, span._got, span._unpickled = waited_ns, got_ns, now
         return span
 
     def _start(

@@ -182,8 +182,10 @@ class ClientSpan(Span):
     __slots__ = ("_dequeued",)
 
     def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
-        super().__init__(rec, trace_id, span_id)
-        self._dequeued: list[tuple[int, int, int]] = []  # (rank, start_ns, end_ns)
+        self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
+        self._ctx: SpanContext | None = None
+        self.ended = False
+        self._dequeued: list[int] = []  # rank, start_ns, end_ns, rank, ... (ranks ascending)
 
     def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
              timeout: float | None, reply_rank: int | None) -> None:
@@ -198,8 +200,9 @@ class ClientSpan(Span):
         self._rec.start_span(ENQUEUE, self.context, None, start_ns).end(error)
 
     def dequeued(self, rank: int, start_ns: int) -> None:
-        """Rank ``rank``'s reply was read (from ``start_ns`` to now), successfully."""
-        self._dequeued.append((rank, start_ns, _time_ns()))
+        """Rank ``rank``'s reply was read (from ``start_ns`` to now), successfully; ranks
+        are read in ascending order."""
+        self._dequeued += (rank, start_ns, _time_ns())
 
     def dequeue_failed(self, rank: int, start_ns: int, error: BaseException | str | None,
                        timed_out: bool = False) -> None:
@@ -213,14 +216,17 @@ class ClientSpan(Span):
         super().end(error, end_ns)
 
     def _write_dequeued(self) -> None:
-        entries = sorted(self._dequeued)
-        self._dequeued = []
-        while entries:
-            base = entries[0][0]
-            times = [0] * (2 * j.PH_DEQUEUE_RANKS)
-            while entries and entries[0][0] - base < j.PH_DEQUEUE_RANKS:
-                rank, start, end = entries.pop(0)
-                times[2 * (rank - base)], times[2 * (rank - base) + 1] = start, end
+        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first."""
+        flat, self._dequeued = self._dequeued, []
+        per = j.PH_DEQUEUE_RANKS
+        i = 0
+        while i < len(flat):
+            base = flat[i]
+            times = [0] * (2 * per)
+            while i < len(flat) and 0 <= flat[i] - base < per:
+                k = 2 * (flat[i] - base)
+                times[k], times[k + 1] = flat[i + 1], flat[i + 2]
+                i += 3
             self._rec.append(_pack_times, _PHASES, 0, j.PH_DEQUEUED, base, self.span_id, *times)
 
 
@@ -229,21 +235,23 @@ class ServerSpan(Span):
     out, ends it and carries the dequeue and reply times; until then it is open, so a
     worker that dies in the method (or before its reply is out) leaves it truncated."""
 
-    __slots__ = ("_message", "_status", "_times")
+    __slots__ = ("_executed", "_got", "_message", "_reply", "_status", "_unpickled", "_waited")
 
     def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
-        super().__init__(rec, trace_id, span_id)
-        self._times = [0, 0, 0, 0, 0]  # waited, got, unpickled (= start), executed, reply
+        self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
+        self._ctx: SpanContext | None = None
+        self.ended = False
+        self._waited = self._got = self._unpickled = self._executed = self._reply = 0
         self._status, self._message = _STATUS_OK, ""
 
     def executed(self, error: BaseException | None) -> None:
         """The method returned (or raised ``error``): the span's end time."""
-        self._times[3] = _time_ns()
+        self._executed = _time_ns()
         if error is not None and not self.ended:
             self._status, self._message = j.STATUS_ERROR, self._error_message(error)
 
     def reply_start(self) -> None:
-        self._times[4] = _time_ns()
+        self._reply = _time_ns()
 
     def finish(self) -> None:
         """The reply is out (or none is due): write the record that ends the span."""
@@ -251,16 +259,14 @@ class ServerSpan(Span):
             return
         self.ended = True
         done = _time_ns()
-        times = self._times
-        if not times[3]:
-            times[3] = done
         rec = self._rec
         try:
             message_id = rec._intern(self._message) if self._message else 0
         except _JOURNAL_ERRORS:
             return
         rec.append(_pack_times, _PHASES, self._status, j.PH_SERVED, message_id, self.span_id,
-                   *times, done)
+                   self._waited, self._got, self._unpickled, self._executed or done,
+                   self._reply, done)
 
 
 class NonRecordingSpan:

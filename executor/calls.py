@@ -230,15 +230,21 @@ class ReplyCollector:
         return True
 
     def _traced_read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
-        span = self.recorder.start_span(f"executor.dequeue rank {rank}", call.span.context)
+        """``_read_reply`` with its dequeue span: a good reply's times are kept by the RPC
+        span (written at its end, one record per three ranks); others are spans at once."""
+        span = call.span
+        start_ns = time.time_ns()
         try:
             outcome = self._read_reply(rank, call, deadline)
         except BaseException as exc:
-            span.end(exc)
+            span.dequeue_failed(rank, start_ns, exc)
             raise
         if outcome is None:
-            span.set_attribute("faultlab.outcome", "timeout")
-        span.end(None if outcome is None or outcome[0] else outcome[1])
+            span.dequeue_failed(rank, start_ns, None, timed_out=True)
+        elif outcome[0]:
+            span.dequeued(rank, start_ns)
+        else:
+            span.dequeue_failed(rank, start_ns, outcome[1])
         return outcome
 
     def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:

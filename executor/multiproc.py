@@ -55,7 +55,7 @@ from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name
 from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
-from executor.surfaces import SpanLike
+from executor.surfaces import RpcSpanLike
 from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
 
@@ -364,7 +364,7 @@ class MultiprocExecutor:
 
     def _encode(
         self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
-        reply_rank: int | None, span: SpanLike | None,
+        reply_rank: int | None, span: RpcSpanLike | None,
     ) -> list[Any]:
         trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
         try:
@@ -385,7 +385,7 @@ class MultiprocExecutor:
                 span.end(error)
             raise error from exc
 
-    def _enqueue(self, call: PendingCall, parts: list[Any], span: SpanLike | None) -> None:
+    def _enqueue(self, call: PendingCall, parts: list[Any], span: RpcSpanLike | None) -> None:
         start_ns = time.time_ns() if span is not None else 0
         deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
         try:
@@ -402,31 +402,30 @@ class MultiprocExecutor:
             raise failure from exc
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             if span is not None:
-                self._rec.start_span("executor.enqueue", span.context, None, start_ns).end(exc)
+                span.enqueue_failed(start_ns, exc)
                 span.end(exc)
             raise
         if span is not None:  # written after the request is out, while the workers work on it
-            self._rec.start_span("executor.enqueue", span.context, None, start_ns).end()
-            self._describe_rpc(call, span, sum(map(len, parts)))
+            self._describe_rpc(call, span, start_ns, sum(map(len, parts)))
 
-    # Each attribute is a journal record (~1-2 µs): only what the span's name, its parent
-    # and its process's resource (role, rank, pid) do not already say.
-    def _start_rpc_span(self, call: PendingCall, timeout: float | None) -> Any:
-        return self._rec.start_span(f"rpc {call.method}", telemetry.caller_parent())
+    def _start_rpc_span(
+        self, call: PendingCall, timeout: float | None,
+        parent: telemetry.SpanContext | None = None,
+    ) -> Any:
+        """The RPC's client span, begun before the request is sent (a driver that dies
+        mid-RPC leaves it truncated); a child of ``parent``, else of the caller's current
+        trace (OpenTelemetry context or TRACEPARENT), else a new trace."""
+        if parent is None:
+            parent = telemetry.caller_parent()
+        return self._rec.start_client_span(f"rpc {call.method}", parent)
 
     @staticmethod
-    def _describe_rpc(call: PendingCall, span: SpanLike, size: int) -> None:
-        """The RPC span's attributes, written once the request is out (off its critical path)."""
-        attributes: dict[str, Any] = {
-            "rpc.system.name": "faultlab", "rpc.method": call.method, "span.kind": "client",
-            "faultlab.rpc_id": call.rpc_id,
-            "faultlab.non_block": call.future is not None, "messaging.message.body.size": size,
-        }
-        if call.timeout is not None:
-            attributes["faultlab.timeout_s"] = float(call.timeout)
-        if len(call.ranks) == 1:
-            attributes["faultlab.reply_rank"] = call.ranks[0]
-        span.set_attributes(attributes)
+    def _describe_rpc(call: PendingCall, span: RpcSpanLike, start_ns: int, size: int) -> None:
+        """One journal record, written once the request is out (off its critical path): the
+        enqueue span and the RPC span's attributes (rpc.*, faultlab.rpc_id, ...), expanded
+        when the run is read (telemetry.span.ClientSpan)."""
+        reply_rank = call.ranks[0] if len(call.ranks) == 1 else None
+        span.sent(start_ns, call.rpc_id, size, call.future is not None, call.timeout, reply_rank)
 
     def _relieve(self) -> bool:
         """The rpc queue is full: collect the replies that are there (see shm_queue)."""

@@ -206,10 +206,15 @@ class WorkerProc:
             if must_reply:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
+        spans: Any = _NO_SPANS
         if self.rec.enabled and trace is not None:
-            spans: _WorkerSpans = _TracedSpans(self.rec, trace, method, waited_ns, got_ns)
-        else:
-            spans = _NO_SPANS
+            # The execute span (telemetry.span.ServerSpan): its start record now, so a
+            # worker that dies in its method or before its reply is out leaves it open,
+            # truncated; one record once the reply is out ends it and carries the dequeue
+            # and reply-enqueue times (worker.dequeue / worker.reply_enqueue when read).
+            # Rank and pid are the journal's, the rpc id is the parent's.
+            spans = self.rec.start_server_span(f"worker.execute {method_name(method)}", trace,
+                                               waited_ns, got_ns)
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
         if must_reply:
             spans.reply_start()
@@ -217,7 +222,7 @@ class WorkerProc:
         spans.finish()
 
     def _execute(
-        self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: _WorkerSpans
+        self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: Any
     ) -> tuple[int, Any]:
         try:
             if failpoints.ACTIVE:
@@ -296,8 +301,8 @@ def _annotated(exc: BaseException, what: str) -> RemoteError:
 
 
 class _WorkerSpans:
-    """The worker's spans for one call: dequeue, execute, reply enqueue.  This base is the
-    tracing-off case and does nothing; one shared instance serves every call."""
+    """The worker's spans for one call when it is not traced: the calls of
+    ``telemetry.span.ServerSpan``, doing nothing; one shared instance serves every call."""
 
     def executed(self, error: BaseException | None) -> None:
         pass
@@ -310,38 +315,6 @@ class _WorkerSpans:
 
 
 _NO_SPANS = _WorkerSpans()
-
-
-class _TracedSpans(_WorkerSpans):
-    """Only the execute span is written on the reply's critical path (so a worker that dies
-    in its method leaves it open, truncated); the dequeue and reply-enqueue spans are written
-    with their measured times once the reply is on its way, when the driver is busy with it.
-    Rank and pid are the journal's (the process resource), the method is in the name and the
-    rpc id is the parent's: each attribute would cost a journal record."""
-
-    def __init__(self, rec: Any, trace: Any, method: Any, waited_ns: int, got_ns: int) -> None:
-        self._unpickled_ns = time.time_ns()
-        self._rec = rec
-        self._parent = telemetry.SpanContext.from_wire(trace)
-        self._waited_ns, self._got_ns = waited_ns, got_ns
-        self._execute = rec.start_span(f"worker.execute {method_name(method)}", self._parent)
-        self._reply_ns = 0
-
-    def executed(self, error: BaseException | None) -> None:
-        self._execute.end(error)
-
-    def reply_start(self) -> None:
-        self._reply_ns = time.time_ns()
-
-    def finish(self) -> None:
-        done_ns = time.time_ns()
-        rec, parent = self._rec, self._parent
-        # From the message in hand to unpickled; the (idle) wait before it as an attribute.
-        dequeue = rec.start_span("worker.dequeue", parent, {
-            "faultlab.queue.wait_ns": self._got_ns - self._waited_ns}, self._got_ns)
-        dequeue.end(None, self._unpickled_ns)
-        if self._reply_ns:
-            rec.start_span("worker.reply_enqueue", parent, None, self._reply_ns).end(None, done_ns)
 
 
 def leave_loop() -> None:

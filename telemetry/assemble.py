@@ -14,6 +14,9 @@ Invariants:
   gone (or on the final pass) every committed slot is decoded and holes are skipped.
 - A span is finished exactly once, when its end record is decoded; spans still open
   when a journal is read for the last time are reported with ``end_ns = None``.
+- PHASES records (``telemetry.span``: one per RPC phase group) expand into the spans they
+  stand for, finished at once, with ids derived from the RPC (or execute) span's id, so
+  reading a run twice gives the same ids.  A ``PH_SERVED`` record is the execute span's end.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import numpy as np
 import psutil
 
 from telemetry import journal as j
+from telemetry.span import ENQUEUE, QUEUE_WAIT, REPLY_ENQUEUE, WORKER_DEQUEUE, dequeue_name
 
 _STATUS = {j.STATUS_UNSET: "UNSET", j.STATUS_OK: "OK", j.STATUS_ERROR: "ERROR"}
 _READ_CHUNK_SLOTS = 4096
+_M64 = (1 << 64) - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +137,8 @@ class JournalDecoder:
         elif kind == j.THREAD:
             _, _, name_id, tid = j.THREAD_S.unpack_from(raw, 1)
             self.threads[tid] = self.string(name_id)
+        elif kind == j.PHASES:
+            self._on_phases(raw)
 
     def string(self, sid: int) -> str:
         return self.strings.get(sid, f"<string {sid}>") if sid else ""
@@ -205,6 +212,72 @@ class JournalDecoder:
             self.strings[sid] = data.decode("utf-8", "replace")
             del self._string_parts[sid]
 
+    def _on_phases(self, raw: bytes) -> None:
+        layout = int.from_bytes(raw[2:4], "little")
+        if layout == j.PH_SENT:
+            self._on_sent(raw)
+        elif layout == j.PH_DEQUEUED:
+            _, _, base, span_id, *times = j.PH_TIMES_S.unpack_from(raw, 1)
+            span = self._open.get(span_id)
+            for i in range(j.PH_DEQUEUE_RANKS):
+                start, end = times[2 * i], times[2 * i + 1]
+                if span is not None and start:
+                    self._child(span, dequeue_name(base + i), 2 + base + i, start, end)
+        elif layout == j.PH_SERVED:
+            self._on_served(raw)
+
+    def _on_sent(self, raw: bytes) -> None:
+        """The driver sent the request: the enqueue span, the RPC span's attributes."""
+        flags, _, _, span_id, start, end, rpc_id, size, timeout, reply_rank = \
+            j.PH_SENT_S.unpack_from(raw, 1)
+        span = self._open.get(span_id)
+        if span is None:
+            return
+        attrs = span.attributes
+        attrs.update({
+            "rpc.system.name": "faultlab", "rpc.method": span.name.removeprefix("rpc "),
+            "span.kind": "client", "faultlab.rpc_id": rpc_id,
+            "faultlab.non_block": bool(flags & j.PH_NON_BLOCK),
+            "messaging.message.body.size": size,
+        })
+        if flags & j.PH_TIMEOUT:
+            attrs["faultlab.timeout_s"] = timeout
+        if flags & j.PH_REPLY_RANK:
+            attrs["faultlab.reply_rank"] = reply_rank
+        self._child(span, ENQUEUE, 1, start, end)
+
+    def _on_served(self, raw: bytes) -> None:
+        """A worker's reply is out: end its execute span; its dequeue and reply spans."""
+        status, _, message_id, span_id, waited, got, unpickled, executed, reply, done = \
+            j.PH_TIMES_S.unpack_from(raw, 1)
+        self.last_time_ns = max(self.last_time_ns, done)
+        span = self._open.pop(span_id, None)
+        if span is None:
+            return
+        span.end_ns, span.status = executed, _STATUS.get(status, "UNSET")
+        span.status_message = self.string(message_id)
+        span.last_seen_ns = self.last_time_ns
+        self._finished.append(span)
+        self._child(span, WORKER_DEQUEUE, 1, got, unpickled, {QUEUE_WAIT: got - waited},
+                    sibling=True)
+        if reply:
+            self._child(span, REPLY_ENQUEUE, 2, reply, done, sibling=True)
+
+    def _child(
+        self, span: RecordedSpan, name: str, k: int, start: int, end: int,
+        attributes: dict[str, Any] | None = None, sibling: bool = False,
+    ) -> None:
+        """A finished span expanded from a PHASES record of ``span``: its child, or with
+        ``sibling`` a child of its parent; the ``k``-th derived id."""
+        self.last_time_ns = max(self.last_time_ns, end)
+        self._finished.append(RecordedSpan(
+            name=name, trace_id=span.trace_id, span_id=derived_span_id(span.span_id, k),
+            parent_span_id=span.parent_span_id if sibling else span.span_id,
+            start_ns=start, tid=span.tid, process=self.process, end_ns=end, status="OK",
+            thread_name=span.thread_name, attributes=attributes or {},
+            last_seen_ns=self.last_time_ns, parent_remote=span.parent_remote and sibling,
+        ))
+
     def pop_finished(self) -> list[RecordedSpan]:
         finished, self._finished = self._finished, []
         return finished
@@ -274,6 +347,15 @@ class JournalTail:
         for slot in slots:
             self.decoder.feed(data[slot * j.RECORD_SIZE : (slot + 1) * j.RECORD_SIZE])
         return count
+
+
+def derived_span_id(span_id: int, k: int) -> int:
+    """A non-zero 64-bit id for the ``k``-th span expanded from ``span_id``'s records
+    (splitmix64 of the pair: unrelated to the random ids, the same on every read)."""
+    z = (span_id + k * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return (z ^ (z >> 31)) or 1
 
 
 def _alive(pid: int) -> bool:

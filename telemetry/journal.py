@@ -2,10 +2,14 @@
 
 Data flow::
 
-    hot path (any thread)                  page cache              reader (any process)
-    JournalWriter.reserve() -> slot  ──►  journal-*.bin (mmap)  ──►  find_journals + pread
-    Struct.pack_into(mm, offset + 1)      outlives SIGKILL          -> assemble.SpanAssembler
-    mm[offset] = kind  (commit mark)
+    hot path (any thread)                       page cache            reader (any process)
+    JournalWriter.append(packer, kind, ...)  ──►  journal-*.bin   ──►  find_journals + pread
+      next(slots) -> slot                         (mmap; outlives      -> assemble.JournalDecoder
+      packer(mm, offset + 1, ...)                  SIGKILL)
+      mm[offset] = kind  (commit mark)
+
+``append`` is the one place a record is written; every record format (the ``*_S`` structs
+and their constants) is defined here, and ``assemble`` decodes with the same structs.
 
 File layout: a ``HEADER_SIZE`` header (magic, version, pid, rank, role, service, created
 time, an incarnation id, the segment size) followed by ``1 << segment_bits`` slots of
@@ -17,8 +21,8 @@ header records the size, so readers never depend on the writer's environment.
 Invariants:
 
 - A slot is reserved by ``next(itertools.count)``, which is atomic under the GIL, so
-  threads never share a slot.  Records of one span are written by one thread in order,
-  so their slot indices are increasing.
+  threads never share a slot (``close`` learns how many were used the same way).  Records
+  of one span are written by one thread in order, so their slot indices are increasing.
 - A record's first byte (its kind) is stored *after* the rest of the record: a slot whose
   kind byte is 0 is either unwritten or torn by a kill in mid-write, and readers skip it.
   (The writer's stores land in the shared page cache in program order on one CPU.)
@@ -54,6 +58,7 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +88,12 @@ def _segment_bits(raw: str | None) -> int:
     return bits
 
 
-# This process's segment size; the hot paths copy these into globals at import.
+# This process's segment size (``JournalWriter.append`` reads these module globals).
 SEGMENT_BITS = _segment_bits(os.environ.get(SEGMENT_ENV))
 SLOTS_PER_SEGMENT = 1 << SEGMENT_BITS
 SLOT_MASK = SLOTS_PER_SEGMENT - 1
+RECORD_SHIFT = RECORD_SIZE.bit_length() - 1  # offset of slot i: HEADER_SIZE + (i << shift)
+assert 1 << RECORD_SHIFT == RECORD_SIZE
 NO_RANK = -1
 
 # Record kinds (first byte of a slot).
@@ -96,10 +103,10 @@ ATTRIBUTE = 3
 EVENT = 4
 STRING = 5
 THREAD = 6
-KINDS = (SPAN_START, SPAN_END, ATTRIBUTE, EVENT, STRING, THREAD)
+PHASES = 7  # an RPC's phase timestamps, expanded into child spans when read
+KINDS = (SPAN_START, SPAN_END, ATTRIBUTE, EVENT, STRING, THREAD, PHASES)
 
-# SPAN_START flags.
-FLAG_SAMPLED = 0x01
+# SPAN_END flags (SPAN_START writes no flags: only sampled spans are written at all).
 FLAG_POINT = 0x02  # a zero-length span written by Recorder.event()
 
 # SPAN_END status codes (OpenTelemetry StatusCode values).
@@ -121,6 +128,21 @@ STRING_S = struct.Struct(_HEAD + "I52s")  # total length, chunk bytes (small = c
 STRING_CHUNK = 52
 THREAD_S = struct.Struct(_HEAD + "Q")  # id = thread name string id; native thread id
 MAX_STRING = 8192  # longer strings are cut, so one string never floods the journal
+
+# PHASES records: one per RPC phase group instead of a start, an end and attributes per
+# child span.  ``small`` names the layout; the span id is the RPC (or execute) span's, whose
+# SPAN_START was written when it began, so a process that dies mid-RPC leaves that span
+# open (truncated) exactly as a classic span.  ``assemble`` expands them (``phases``).
+PH_SENT = 1  # driver, request written: flags PH_*, the enqueue times and the RPC's facts
+PH_SENT_S = struct.Struct(_HEAD + "QQQqqdq")  # span, enqueue start, end, rpc id, body size,
+#                                               timeout s, reply rank
+PH_NON_BLOCK, PH_TIMEOUT, PH_REPLY_RANK = 0x01, 0x02, 0x04
+PH_DEQUEUED = 2  # driver, replies read: id = first rank; (start, end) of 3 ranks, 0: none
+PH_SERVED = 3  # worker, reply sent: ENDS the span; flags = status, id = message string id
+PH_TIMES_S = struct.Struct(_HEAD + "Q6Q")  # span, six times (ns); unused ones are 0
+PH_DEQUEUE_RANKS = 3
+# PH_SERVED times: queue wait start, message in hand, unpickled, executed (the span's end),
+# reply start (0: no reply), reply written.
 
 # magic, version, pid, rank, created, incarnation, role, service, export owner's pid,
 # segment bits (0 in journals written before the size was configurable: LEGACY_SEGMENT_BITS)
@@ -210,16 +232,19 @@ class JournalWriter:
         self.stopped = False  # a segment could not be created: nothing more is written
         self.open_segment(0)
 
-    def reserve(self) -> tuple[mmap.mmap, int]:
-        """Reserve one slot; return the mapping and byte offset to write it at.
+    def append(self, packer: Callable[..., None], kind: int, *fields: Any) -> None:
+        """Write one record: ``packer`` (a ``*_S.pack_into``) stores ``fields`` after the
+        kind byte, then the kind byte commits it.  The only record-writing code there is.
 
-        ``Recorder`` inlines this on its hottest paths; keep the two in step.
-        """
+        Raises ValueError (closed or released mapping), IndexError or OSError
+        (``JournalStopped``); the recorder's callers catch all three."""
         idx = next(self.slots)
         seg = idx >> SEGMENT_BITS
         maps = self.maps
         mm = maps[seg] if seg < len(maps) else self.open_segment(seg)
-        return mm, HEADER_SIZE + (idx & SLOT_MASK) * RECORD_SIZE
+        off = HEADER_SIZE + ((idx & SLOT_MASK) << RECORD_SHIFT)
+        packer(mm, off + 1, *fields)
+        mm[off] = kind
 
     def open_segment(self, seg: int) -> mmap.mmap:
         """The mapping of segment ``seg``, creating segments up to it; raises OSError
@@ -264,17 +289,14 @@ class JournalWriter:
             if self.on_stop is not None:
                 self.on_stop(self)
 
-    def used_slots(self) -> int:
-        """Slots reserved so far (a snapshot; other threads may reserve more)."""
-        return _peek_count(self.slots)
-
     def close(self, trim: bool = True) -> None:
         """Unmap; with ``trim`` shrink the newest segment to the slots in use."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            used = self.used_slots() - ((len(self.maps) - 1) << SEGMENT_BITS)
+            # Reserving one more slot tells how many were used; nothing is written any more.
+            used = next(self.slots) - ((len(self.maps) - 1) << SEGMENT_BITS)
             self._unmap()
             if trim and self._path is not None and not self.stopped:
                 kept = min(max(0, used), SLOTS_PER_SEGMENT)
@@ -345,11 +367,6 @@ def warn_stopped(message: str) -> None:
         _warned_pid = os.getpid()
         log.warning("tracing stopped: %s; the program carries on without recording spans",
                     message)
-
-
-def _peek_count(counter: itertools.count[int]) -> int:
-    # repr is "count(N)"; reading it does not advance the counter.
-    return int(repr(counter)[6:-1])
 
 
 # ---------------------------------------------------------------- reading

@@ -44,16 +44,20 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from telemetry import journal as j
 from telemetry.config import OWNER_ENV, TMPDIR_ENV, Settings
 from telemetry.span import (
+    ClientSpan,
     NonRecordingSpan,
+    ServerSpan,
     Span,
     SpanContext,
     root_sampling,
 )
+
+_S = TypeVar("_S", bound=Span)
 
 _M64 = (1 << 64) - 1
 _pack_start = j.SPAN_START_S.pack_into
@@ -62,12 +66,11 @@ _pack_attr_int = j.ATTR_INT_S.pack_into
 _pack_attr_float = j.ATTR_FLOAT_S.pack_into
 _time_ns = time.time_ns
 _TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
-# Journal constants as plain globals: the hot path reads them without an attribute lookup.
-_SEG_BITS, _MASK, _HDR = j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE
-_REC_SHIFT = j.RECORD_SIZE.bit_length() - 1
-assert 1 << _REC_SHIFT == j.RECORD_SIZE
+# Record kinds and codes as plain globals: the hot path reads them without an attribute
+# lookup.  Writing itself is JournalWriter.append, the one record-writing function.
 _SPAN_START, _SPAN_END, _ATTRIBUTE = j.SPAN_START, j.SPAN_END, j.ATTRIBUTE
-_FLAG_SAMPLED, _OWNER_SPAN, _VT_STR, _VT_INT = j.FLAG_SAMPLED, j.OWNER_SPAN, j.VT_STR, j.VT_INT
+_OWNER_SPAN, _VT_STR, _VT_INT = j.OWNER_SPAN, j.VT_STR, j.VT_INT
+_JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 _VT_BOOL, _VT_FLOAT = j.VT_BOOL, j.VT_FLOAT
 _MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
 _MAX_INTERNED = 50_000
@@ -107,6 +110,33 @@ class Recorder:
     ) -> Span | NonRecordingSpan:
         """Start a span now, or at ``start_ns`` (``time.time_ns()``) for one recorded after
         the fact, off a latency-critical path."""
+        span = self._start(Span, name, parent, start_ns)
+        if attributes and type(span) is Span:
+            self.write_attributes(_OWNER_SPAN, span.span_id, attributes)
+        return span
+
+    def start_client_span(
+        self, name: str, parent: SpanContext | None = None,
+    ) -> ClientSpan | NonRecordingSpan:
+        """An RPC's driver span; its enqueue and dequeue spans cost no records of their own."""
+        return self._start(ClientSpan, name, parent, None)
+
+    def start_server_span(
+        self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,
+    ) -> ServerSpan | NonRecordingSpan:
+        """A worker's execute span, starting now, child of the driver's span ``wire`` (the
+        ``SpanContext.to_wire`` tuple from the request); the queue wait began at
+        ``waited_ns`` and the message was in hand at ``got_ns``."""
+        now = _time_ns()
+        span = self._start(ServerSpan, name, SpanContext.from_wire(wire), now)
+        if type(span) is ServerSpan:
+            span._waited, span._got, span._unpickled = waited_ns, got_ns, now
+        return span
+
+    def _start(
+        self, cls: type[_S], name: str, parent: SpanContext | None, start_ns: int | None,
+    ) -> _S | NonRecordingSpan:
+        """Sample, and if sampled write the SPAN_START record of a ``cls`` span."""
         bits = self._bits
         if parent is None:
             trace_id = bits(128) or 1
@@ -130,22 +160,21 @@ class Recorder:
             except AttributeError:  # this thread's first span in this journal
                 tid = self._register_thread()
             name_id = self._strings.get(name) or self._intern(name)
-            # inlined JournalWriter.reserve()
-            idx = next(writer.slots)
-            seg = idx >> _SEG_BITS
-            maps = writer.maps
-            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-            off = _HDR + ((idx & _MASK) << _REC_SHIFT)
-            _pack_start(mm, off + 1, _FLAG_SAMPLED, 0, name_id, trace_id >> 64,
-                        trace_id & _M64, span_id, parent_id,
-                        _time_ns() if start_ns is None else start_ns, tid)
-            mm[off] = _SPAN_START
-        except (ValueError, IndexError, OSError):  # journal closed by shutdown()
+            writer.append(_pack_start, _SPAN_START, 0, 0, name_id, trace_id >> 64,
+                          trace_id & _M64, span_id, parent_id,
+                          _time_ns() if start_ns is None else start_ns, tid)
+        except _JOURNAL_ERRORS:  # journal closed by shutdown()
             return NonRecordingSpan(trace_id, span_id)
-        span = Span(self, trace_id, span_id)
-        if attributes:
-            self.write_attributes(_OWNER_SPAN, span_id, attributes)
-        return span
+        return cls(self, trace_id, span_id)
+
+    def append(self, packer: Any, kind: int, *fields: Any) -> None:
+        """Write one record (``JournalWriter.append``); nothing if the journal is gone."""
+        writer = self._writer
+        if writer is not None:
+            try:
+                writer.append(packer, kind, *fields)
+            except _JOURNAL_ERRORS:
+                pass
 
     def event(
         self, name: str, attributes: Mapping[str, Any] | None = None,
@@ -166,16 +195,9 @@ class Recorder:
             return
         try:
             message_id = self._intern(message) if message else 0
-            # inlined JournalWriter.reserve()
-            idx = next(writer.slots)
-            seg = idx >> _SEG_BITS
-            maps = writer.maps
-            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-            off = _HDR + ((idx & _MASK) << _REC_SHIFT)
-            _pack_end(mm, off + 1, status, flags, message_id, span_id,
-                      _time_ns() if end_ns is None else end_ns)
-            mm[off] = _SPAN_END
-        except (ValueError, IndexError, OSError):
+            writer.append(_pack_end, _SPAN_END, status, flags, message_id, span_id,
+                          _time_ns() if end_ns is None else end_ns)
+        except _JOURNAL_ERRORS:
             pass
 
     def _register_thread(self) -> int:
@@ -184,9 +206,7 @@ class Recorder:
         name_id = self._intern(threading.current_thread().name)
         writer = self._writer
         if writer is not None:
-            mm, off = writer.reserve()
-            j.THREAD_S.pack_into(mm, off + 1, 0, 0, name_id, tid)
-            mm[off] = j.THREAD
+            writer.append(j.THREAD_S.pack_into, j.THREAD, 0, 0, name_id, tid)
         self._thread_local.tid = tid
         return tid
 
@@ -197,10 +217,8 @@ class Recorder:
         seq = next(self._event_seq)
         try:
             name_id = self._intern(name)
-            mm, off = writer.reserve()
-            j.EVENT_S.pack_into(mm, off + 1, 0, 0, name_id, span_id, time.time_ns(), seq)
-            mm[off] = j.EVENT
-        except (ValueError, IndexError, OSError):
+            writer.append(j.EVENT_S.pack_into, j.EVENT, 0, 0, name_id, span_id, _time_ns(), seq)
+        except _JOURNAL_ERRORS:
             return
         if attributes:
             self.write_attributes(j.OWNER_EVENT, seq, attributes)
@@ -231,15 +249,8 @@ class Recorder:
                     vtype, raw, packer = _VT_FLOAT, value, _pack_attr_float
                 else:
                     vtype, raw, packer = self._encode_value(value)
-                # inlined JournalWriter.reserve()
-                idx = next(writer.slots)
-                seg = idx >> _SEG_BITS
-                maps = writer.maps
-                mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-                off = _HDR + ((idx & _MASK) << _REC_SHIFT)
-                packer(mm, off + 1, vtype, owner_kind, kid, owner, raw)
-                mm[off] = _ATTRIBUTE
-        except (ValueError, IndexError, OSError):
+                writer.append(packer, _ATTRIBUTE, vtype, owner_kind, kid, owner, raw)
+        except _JOURNAL_ERRORS:
             pass
 
     def _encode_value(self, value: Any) -> tuple[int, Any, Any]:
@@ -270,10 +281,8 @@ class Recorder:
         sid = next(self._string_ids)
         data = text.encode("utf-8", "replace")[: j.MAX_STRING]
         for part, start in enumerate(range(0, max(len(data), 1), j.STRING_CHUNK)):
-            mm, off = writer.reserve()
             chunk = data[start : start + j.STRING_CHUNK]
-            j.STRING_S.pack_into(mm, off + 1, 0, part, sid, len(data), chunk)
-            mm[off] = j.STRING
+            writer.append(j.STRING_S.pack_into, j.STRING, 0, part, sid, len(data), chunk)
         return sid
 
     # ------------------------------------------------------------ life cycle

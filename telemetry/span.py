@@ -4,14 +4,26 @@ Data flow::
 
     Recorder.start_span ──► Span (sampled: writes records through its Recorder)
                        └──► NonRecordingSpan (not sampled or off: writes nothing)
+    Recorder.start_client_span ──► ClientSpan   (an RPC in the driver)
+    Recorder.start_server_span ──► ServerSpan   (its execution in a worker)
     span.context ──► SpanContext.to_wire ──► (trace_id, span_id, flags) ──► from_wire
+
+An RPC's child spans are not written as spans: ``ClientSpan`` writes one PHASES record when
+the request is out (enqueue times and the RPC's attributes) and one per three ranks at its
+end (dequeue times); ``ServerSpan`` writes one PHASES record after the reply (dequeue,
+execute end, reply times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
+``WORKER_DEQUEUE`` and ``REPLY_ENQUEUE`` spans, with the attributes and kinds a span of
+each would have had.  Failed phases (rare) are written as classic spans.
 
 Invariants:
 
 - Every span, recording or not, has a valid ``SpanContext`` (non-zero ids), so the
   sampled flag of a root decides for its whole trace across processes.
 - A ``Span`` writes its end record at most once; later ``end`` calls do nothing.
-- Wire flags are W3C trace flags: bit 0 is "sampled".
+- Wire flags are W3C trace flags: ``FLAG_SAMPLED`` (bit 0) is "sampled".  (Journal
+  record flags are ``journal``'s own, with other names.)
+- An RPC span's begin is its SPAN_START record, written before the request is sent (or
+  the method runs), so a process that dies mid-RPC leaves it open: truncated when read.
 """
 
 from __future__ import annotations
@@ -29,12 +41,23 @@ if TYPE_CHECKING:
     from telemetry.recorder import Recorder
 
 _M64 = (1 << 64) - 1
-FLAG_SAMPLED = 0x01
-_SEG_BITS, _MASK, _HDR = j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE
-_REC_SHIFT = j.RECORD_SIZE.bit_length() - 1
-_STATUS_OK, _SPAN_END = j.STATUS_OK, j.SPAN_END
+FLAG_SAMPLED = 0x01  # W3C trace flag on the wire
+_STATUS_OK, _SPAN_END, _PHASES = j.STATUS_OK, j.SPAN_END, j.PHASES
 _pack_end = j.SPAN_END_S.pack_into
+_pack_sent = j.PH_SENT_S.pack_into
+_pack_times = j.PH_TIMES_S.pack_into
 _time_ns = time.time_ns
+_JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
+
+# The names of an RPC's child spans (expanded from PHASES records by ``assemble``).
+ENQUEUE = "executor.enqueue"
+WORKER_DEQUEUE = "worker.dequeue"
+REPLY_ENQUEUE = "worker.reply_enqueue"
+QUEUE_WAIT = "faultlab.queue.wait_ns"  # worker.dequeue: the idle wait before the message
+
+
+def dequeue_name(rank: int) -> str:
+    return f"executor.dequeue rank {rank}"
 
 
 class SpanContext(NamedTuple):
@@ -116,33 +139,30 @@ class Span:
         if self.ended:
             return
         self.ended = True
-        if error is None:  # the common case, inlined: Recorder.write_end costs a call more
+        if error is None:  # the common case: Recorder.write_end costs a call more
             writer = self._rec._writer
             if writer is None:
                 return
-            try:  # inlined JournalWriter.reserve()
-                idx = next(writer.slots)
-                seg = idx >> _SEG_BITS
-                maps = writer.maps
-                mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
-                off = _HDR + ((idx & _MASK) << _REC_SHIFT)
-                _pack_end(mm, off + 1, _STATUS_OK, 0, 0, self.span_id,
-                          _time_ns() if end_ns is None else end_ns)
-                mm[off] = _SPAN_END
-            except (ValueError, IndexError, OSError):
+            try:
+                writer.append(_pack_end, _SPAN_END, _STATUS_OK, 0, 0, self.span_id,
+                              _time_ns() if end_ns is None else end_ns)
+            except _JOURNAL_ERRORS:
                 pass
             return
-        if isinstance(error, BaseException):
-            text = _safe_str(error)
-            self._rec.write_event(self.span_id, "exception", {
-                "exception.type": type(error).__qualname__,
-                "exception.message": text,
-                "exception.stacktrace": _stacktrace(error)[-4000:],
-            })
-            message = f"{type(error).__name__}: {text}"
-        else:
-            message = _safe_str(error)
+        message = self._error_message(error)
         self._rec.write_end(self.span_id, j.STATUS_ERROR, message, 0, end_ns)
+
+    def _error_message(self, error: BaseException | str) -> str:
+        """The status message of an error; an exception also gets its ``exception`` event."""
+        if not isinstance(error, BaseException):
+            return _safe_str(error)
+        text = _safe_str(error)
+        self._rec.write_event(self.span_id, "exception", {
+            "exception.type": type(error).__qualname__,
+            "exception.message": text,
+            "exception.stacktrace": _stacktrace(error)[-4000:],
+        })
+        return f"{type(error).__name__}: {text}"
 
     def __enter__(self) -> Span:
         return self
@@ -152,6 +172,101 @@ class Span:
         tb: TracebackType | None,
     ) -> None:
         self.end(exc)
+
+
+class ClientSpan(Span):
+    """An RPC's span in the driver.  Its enqueue and per-rank dequeue spans are PHASES
+    records: ``sent`` writes one, ``dequeued`` only remembers the times, ``end`` writes them
+    (one record per three ranks) before the span's end record."""
+
+    __slots__ = ("_dequeued",)
+
+    def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
+        self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
+        self._ctx: SpanContext | None = None
+        self.ended = False
+        self._dequeued: list[int] = []  # rank, start_ns, end_ns, rank, ... (ranks ascending)
+
+    def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
+             timeout: float | None, reply_rank: int | None) -> None:
+        """The request is out: the enqueue span (``start_ns`` to now) and the RPC's facts."""
+        flags = ((j.PH_NON_BLOCK if non_block else 0) | (0 if timeout is None else j.PH_TIMEOUT)
+                 | (0 if reply_rank is None else j.PH_REPLY_RANK))
+        self._rec.append(_pack_sent, _PHASES, flags, j.PH_SENT, 0, self.span_id, start_ns,
+                         _time_ns(), rpc_id, size, float(timeout or 0.0),
+                         -1 if reply_rank is None else reply_rank)
+
+    def enqueue_failed(self, start_ns: int, error: BaseException | str | None) -> None:
+        self._rec.start_span(ENQUEUE, self.context, None, start_ns).end(error)
+
+    def dequeued(self, rank: int, start_ns: int) -> None:
+        """Rank ``rank``'s reply was read (from ``start_ns`` to now), successfully; ranks
+        are read in ascending order."""
+        self._dequeued += (rank, start_ns, _time_ns())
+
+    def dequeue_failed(self, rank: int, start_ns: int, error: BaseException | str | None,
+                       timed_out: bool = False) -> None:
+        """A reply that was not read (timeout, exception) or was an error: a classic span."""
+        attributes = {"faultlab.outcome": "timeout"} if timed_out else None
+        self._rec.start_span(dequeue_name(rank), self.context, attributes, start_ns).end(error)
+
+    def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
+        if not self.ended and self._dequeued:
+            self._write_dequeued()
+        super().end(error, end_ns)
+
+    def _write_dequeued(self) -> None:
+        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first."""
+        flat, self._dequeued = self._dequeued, []
+        per = j.PH_DEQUEUE_RANKS
+        i = 0
+        while i < len(flat):
+            base = flat[i]
+            times = [0] * (2 * per)
+            while i < len(flat) and 0 <= flat[i] - base < per:
+                k = 2 * (flat[i] - base)
+                times[k], times[k + 1] = flat[i + 1], flat[i + 2]
+                i += 3
+            self._rec.append(_pack_times, _PHASES, 0, j.PH_DEQUEUED, base, self.span_id, *times)
+
+
+class ServerSpan(Span):
+    """A worker's execute span.  One PHASES record, written by ``finish`` once the reply is
+    out, ends it and carries the dequeue and reply times; until then it is open, so a
+    worker that dies in the method (or before its reply is out) leaves it truncated."""
+
+    __slots__ = ("_executed", "_got", "_message", "_reply", "_status", "_unpickled", "_waited")
+
+    def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
+        self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
+        self._ctx: SpanContext | None = None
+        self.ended = False
+        self._waited = self._got = self._unpickled = self._executed = self._reply = 0
+        self._status, self._message = _STATUS_OK, ""
+
+    def executed(self, error: BaseException | None) -> None:
+        """The method returned (or raised ``error``): the span's end time."""
+        self._executed = _time_ns()
+        if error is not None and not self.ended:
+            self._status, self._message = j.STATUS_ERROR, self._error_message(error)
+
+    def reply_start(self) -> None:
+        self._reply = _time_ns()
+
+    def finish(self) -> None:
+        """The reply is out (or none is due): write the record that ends the span."""
+        if self.ended:
+            return
+        self.ended = True
+        done = _time_ns()
+        rec = self._rec
+        try:
+            message_id = rec._intern(self._message) if self._message else 0
+        except _JOURNAL_ERRORS:
+            return
+        rec.append(_pack_times, _PHASES, self._status, j.PH_SERVED, message_id, self.span_id,
+                   self._waited, self._got, self._unpickled, self._executed or done,
+                   self._reply, done)
 
 
 class NonRecordingSpan:
@@ -183,6 +298,28 @@ class NonRecordingSpan:
         pass
 
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
+        pass
+
+    # The ClientSpan and ServerSpan calls, for an RPC that is not recorded.
+    def sent(self, *args: Any) -> None:
+        pass
+
+    def enqueue_failed(self, *args: Any) -> None:
+        pass
+
+    def dequeued(self, *args: Any) -> None:
+        pass
+
+    def dequeue_failed(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def executed(self, error: BaseException | None) -> None:
+        pass
+
+    def reply_start(self) -> None:
+        pass
+
+    def finish(self) -> None:
         pass
 
     def __enter__(self) -> NonRecordingSpan:

@@ -1,0 +1,146 @@
+"""An RPC's compact PHASES records load as the same spans as before, and a begin without
+its complete loads as truncated; every record goes through the one writer, in one format."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import telemetry
+from executor import ExecutorConfig, MultiprocExecutor
+from executor.errors import WorkerError
+from telemetry import journal as j
+from telemetry.assemble import RecordedSpan, read_run
+from telemetry.span import ClientSpan, ServerSpan
+
+TELEMETRY = Path(telemetry.__file__).parent
+
+
+def _by_name(spans: list[RecordedSpan]) -> dict[str, list[RecordedSpan]]:
+    out: dict[str, list[RecordedSpan]] = {}
+    for span in spans:
+        out.setdefault(span.name, []).append(span)
+    return out
+
+
+def _rpc_then_worker(rec: telemetry.Recorder) -> tuple[ClientSpan, ServerSpan]:
+    rpc = rec.start_client_span("rpc m")
+    assert isinstance(rpc, ClientSpan)
+    t0 = time.time_ns()
+    rpc.sent(t0, 7, 123, True, 2.5, 5)
+    wire = telemetry.SpanContext.to_wire(rpc.context)
+    assert wire is not None
+    server = rec.start_server_span("worker.execute m", wire, t0 - 1000, t0)
+    assert isinstance(server, ServerSpan)
+    return rpc, server
+
+
+def test_phases_expand_into_named_spans_with_parents_kinds_and_attributes(trace_dir: Path) -> None:
+    telemetry.configure_process("driver")
+    rec = telemetry.get_recorder()
+    rpc, server = _rpc_then_worker(rec)
+    server.executed(None)
+    server.reply_start()
+    server.finish()
+    for rank in (0, 1, 2, 3, 5):  # ranks 0-2 share a record, 3 and 5 the next
+        rpc.dequeued(rank, time.time_ns())
+    rpc.end()
+    telemetry.shutdown()
+
+    spans = read_run(trace_dir)
+    names = _by_name(spans)
+    (client,) = names["rpc m"]
+    assert client.kind == "client" and client.status == "OK" and not client.truncated
+    assert client.attributes == {
+        "rpc.system.name": "faultlab", "rpc.method": "m", "faultlab.rpc_id": 7,
+        "faultlab.non_block": True, "messaging.message.body.size": 123,
+        "faultlab.timeout_s": 2.5, "faultlab.reply_rank": 5,
+    }
+    (enqueue,) = names["executor.enqueue"]
+    dequeues = [s for s in spans if s.name.startswith("executor.dequeue rank ")]
+    assert sorted(s.name for s in dequeues) == [f"executor.dequeue rank {r}" for r in (0, 1, 2, 3, 5)]
+    for child in [enqueue, *dequeues]:
+        assert child.parent_span_id == client.span_id and child.trace_id == client.trace_id
+        assert not child.parent_remote and child.tid == client.tid
+        assert client.start_ns <= child.start_ns <= child.end_ns <= client.end_ns  # type: ignore[operator]
+    assert enqueue.kind == "producer" and {s.kind for s in dequeues} == {"consumer"}
+
+    (execute,) = names["worker.execute m"]
+    (dequeue,) = names["worker.dequeue"]
+    (reply,) = names["worker.reply_enqueue"]
+    assert execute.kind == "server" and execute.status == "OK"
+    assert (dequeue.kind, reply.kind) == ("consumer", "producer")
+    assert dequeue.attributes == {"faultlab.queue.wait_ns": 1000}
+    for sibling in (dequeue, reply):  # the worker's spans are all children of the RPC span
+        assert sibling.parent_span_id == client.span_id and sibling.status == "OK"
+    assert dequeue.end_ns == execute.start_ns <= execute.end_ns <= reply.start_ns  # type: ignore[operator]
+    assert len({s.span_id for s in spans}) == len(spans)
+    assert [s.span_id for s in read_run(trace_dir)] == [s.span_id for s in spans]  # stable ids
+
+
+def test_a_begin_without_its_complete_loads_truncated(trace_dir: Path) -> None:
+    telemetry.configure_process("driver")
+    rec = telemetry.get_recorder()
+    rpc, server = _rpc_then_worker(rec)
+    server.executed(None)  # the reply never goes out: no complete record
+    rpc.dequeued(0, time.time_ns())  # kept in memory only until the RPC span ends
+    telemetry.shutdown()
+
+    names = _by_name(read_run(trace_dir))
+    (client,) = names["rpc m"]
+    (execute,) = names["worker.execute m"]
+    assert client.truncated and execute.truncated
+    assert client.attributes["faultlab.rpc_id"] == 7  # written when the request went out
+    assert "executor.enqueue" in names
+    assert not {"worker.dequeue", "worker.reply_enqueue", "executor.dequeue rank 0"} & set(names)
+
+
+def test_failed_phases_are_spans_with_their_errors(trace_dir: Path) -> None:
+    telemetry.configure_process("driver")
+    cfg = ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2,
+                         start_method="fork")
+    with MultiprocExecutor(cfg) as ex:
+        try:
+            ex.collective_rpc("fail", args=("on purpose",), timeout=10.0)
+        except WorkerError:
+            pass
+        else:
+            raise AssertionError("fail() did not raise")
+    telemetry.shutdown()
+
+    spans = read_run(trace_dir)
+    (rpc,) = [s for s in spans if s.name == "rpc fail"]
+    trace = [s for s in spans if s.trace_id == rpc.trace_id]
+    names = _by_name(trace)
+    assert rpc.status == "ERROR"
+    executes = names["worker.execute fail"]
+    assert len(executes) == 2 and {s.status for s in executes} == {"ERROR"}
+    assert all("on purpose" in s.status_message for s in executes)
+    assert all(any(e.name == "exception" for e in s.events) for s in executes)
+    assert len(names["worker.dequeue"]) == len(names["worker.reply_enqueue"]) == 2
+    dequeues = [s for s in trace if s.name.startswith("executor.dequeue rank ")]
+    assert dequeues and {s.status for s in dequeues} == {"ERROR"}
+
+
+def test_every_record_format_fits_a_slot_and_is_decoded() -> None:
+    structs = [v for k, v in vars(j).items() if k.endswith("_S") and k != "HEADER_S"]
+    assert j.PH_SENT_S in structs and j.PH_TIMES_S in structs
+    assert all(1 + s.size <= j.RECORD_SIZE for s in structs)
+    assert all(s.format.startswith("<BHI") for s in structs)  # flags, small, id: one head
+    decoder = (TELEMETRY / "assemble.py").read_text()
+    for name in ("SPAN_START", "SPAN_END", "ATTRIBUTE", "EVENT", "STRING", "THREAD", "PHASES",
+                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED"):
+        assert f"j.{name}" in decoder, name
+    assert len(set(j.KINDS)) == len(j.KINDS) and 0 not in j.KINDS  # 0 marks an empty slot
+
+
+def test_only_journal_append_writes_records() -> None:
+    """One hot path: no module but journal.py packs into a mapping or stores a kind byte."""
+    store = re.compile(r"pack_into\(mm|mm\[off\]|next\((?:self|writer)\.slots\)")
+    for path in TELEMETRY.glob("*.py"):
+        hits = store.findall(path.read_text())
+        if path.name == "journal.py":
+            assert len(hits) == 3, hits  # JournalWriter.append, and close() counting slots
+        else:
+            assert not hits, (path.name, hits)

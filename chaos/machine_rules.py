@@ -173,7 +173,9 @@ class SurroundingsMachine(ExecutorMachine):
 
 
 def _interrupted_call(fn: Any, delay: float) -> tuple[Any, BaseException | None]:
-    """Run ``fn`` on this (main) thread with a SIGINT sent ``delay`` s in."""
+    """Run ``fn`` on this (main) thread with a SIGINT sent ``delay`` s in.  A SIGINT that
+    lands inside a finalizer or weakref callback is dropped by the interpreter: then ``fn``
+    simply returns, as if the signal had come after it."""
     armed = [True]
 
     def handler(signum: int, frame: Any) -> None:

@@ -258,8 +258,7 @@ class ReplyCollector:
                 if exc.msg_id < call.rpc_id:
                     reader.ack()
                     continue
-                exc.rank = rank
-                return False, exc
+                return False, exc.for_rank(rank)
             if got is None:
                 return None
             msg_id, frame = got

@@ -118,9 +118,35 @@ def _rebuild_worker_error(cls: type[WorkerError], message: str, kwargs: dict) ->
 
 
 class CorruptMessageError(WorkerError):
-    """A message's payload failed its checksum; it was discarded and the queue stays usable."""
+    """A message's payload failed its checksum; it was discarded and the queue stays usable.
 
-    msg_id: int = 0  # the id of the damaged message (the rpc id of its call)
+    ``msg_id`` is the damaged message's id (the rpc id of its call) and ``rank`` the rank
+    whose reply it was, when known.  It is a ``WorkerError`` because it is what a call gets
+    in place of a worker's reply, as a worker's own error would be."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        msg_id: int = 0,
+        rank: int | None = None,
+        exc_type: str = "CorruptMessageError",
+        exc_message: str = "",
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message, rank=rank, exc_type=exc_type, exc_message=exc_message,
+                         remote_traceback=remote_traceback)
+        self.msg_id = msg_id
+
+    def for_rank(self, rank: int) -> CorruptMessageError:
+        """The same error, for the call that expected rank ``rank``'s reply."""
+        return type(self)(self.args[0], msg_id=self.msg_id, rank=rank, exc_type=self.exc_type,
+                          exc_message=self.exc_message, remote_traceback=self.remote_traceback)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {"msg_id": self.msg_id, "rank": self.rank, "exc_type": self.exc_type,
+                  "exc_message": self.exc_message, "remote_traceback": self.remote_traceback}
+        return (_rebuild_worker_error, (type(self), self.args[0], kwargs))
 
 
 class WorkerStartupError(ExecutorError):

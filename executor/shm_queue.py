@@ -449,11 +449,8 @@ class QueueReader:
         )
 
     def _damaged(self, msg_id: int, what: str) -> CorruptMessageError:
-        error = CorruptMessageError(
+        return CorruptMessageError(
             f"message {msg_id} on queue {self.spec.name} was damaged in shared memory ({what}); "
             "it was discarded",
-            exc_type="CorruptMessageError",
-            exc_message=what,
+            msg_id=msg_id, exc_message=what,
         )
-        error.msg_id = msg_id
-        return error

@@ -221,12 +221,10 @@ class LinkReader:
         if frames[0] == _DAMAGED:
             msg_id = int.from_bytes(frames[1], "little")
             what = frames[2].decode()
-            error = CorruptMessageError(
+            raise CorruptMessageError(
                 f"message {msg_id} on the TCP link was rejected ({what})",
-                exc_type="AuthenticationError", exc_message=what,
+                msg_id=msg_id, exc_type="AuthenticationError", exc_message=what,
             )
-            error.msg_id = msg_id
-            raise error
         msg_id = parse_head(frames[0])[2]
         return msg_id, frames[1] if len(frames) == 2 else b"".join(frames[1:])
 

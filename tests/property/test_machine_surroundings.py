@@ -27,7 +27,6 @@ import executor.stopping
 from chaos.machine_rules import SurroundingsMachine
 from executor import MultiprocExecutor
 
-
 # A SIGINT that lands while the interpreter runs a finalizer or weakref callback is printed
 # and dropped by CPython ("Exception ignored in ..."): that Ctrl-C never reaches anyone, which
 # is the interpreter's behaviour, not the executor's.  The Ctrl-C rule then sees a call that

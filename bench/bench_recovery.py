@@ -14,12 +14,15 @@ import argparse
 import logging
 import random
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import torch  # noqa: F401  (before any fork)
 
-from bench._stats import markdown_table, percentile, write_section
+sys.path.insert(0, str(Path(__file__).parent))
+from _stats import markdown_table, percentile, write_section
+
 from chaos.recovery import RecoveryScenario, run_recovery
 
 RESULTS = Path(__file__).with_name("RESULTS.md")

@@ -52,6 +52,7 @@ from executor.errors import (
 from executor.launch import distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
 from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name
+from executor.remote_site import RemoteSite, release
 from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
@@ -72,7 +73,8 @@ class MultiprocExecutor:
         shm.sweep_stale()
         self.config = cfg
         self._res = ExecutorResources(cfg)
-        self._finalizer = weakref.finalize(self, self._res.shutdown)
+        self._site = RemoteSite()  # nnodes > 1: the hub the remote agents keep across incarnations
+        self._finalizer = weakref.finalize(self, release, self._res, self._site)
         self._failure: ExecutorFailedError | None = None  # set once: failed, or shut down
         self._failed = False  # the executor failed (not merely shut down): callbacks are due
         self._callbacks: list[FailureCallback] = []
@@ -92,7 +94,7 @@ class MultiprocExecutor:
         try:
             self._start(wait_policy)
         except BaseException:
-            self._res.shutdown()
+            self._finalizer()
             raise
 
     # ------------------------------------------------------------------ start-up
@@ -113,7 +115,7 @@ class MultiprocExecutor:
         if cfg.nnodes > 1:
             from executor.remote_nodes import RemoteNodes  # loads pyzmq: multi-node only
 
-            res.remote = RemoteNodes.start(cfg, init_method, policy, trace)
+            res.remote = RemoteNodes.start(cfg, init_method, policy, trace, self._site)
         deadline = time.monotonic() + cfg.startup_timeout
         res.handles, res.wiring = start_workers(cfg, rpc_ring, res.rings[1:], policy, trace,
                                                 init_method)
@@ -183,6 +185,11 @@ class MultiprocExecutor:
     def rejected_messages(self) -> int:
         """How many TCP messages failed authentication and were dropped unread."""
         return self._res.remote.rejected if self._res.remote is not None else 0
+
+    @property
+    def stale_messages(self) -> int:
+        """How many authentic TCP messages of an older incarnation were dropped undelivered."""
+        return self._res.remote.stale if self._res.remote is not None else 0
 
     @property
     def is_failed(self) -> bool:

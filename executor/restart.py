@@ -5,7 +5,8 @@
       ├─ wait for that incarnation's shutdown: processes reaped, rings, pipes, monitor gone
       └─ attempt, while the budget lasts (back-off before each retry):
            fresh ExecutorResources ─► ex._start(): new rings (memfd), pipes, processes, a new
-           torch.distributed init_method port, READY from every rank
+           torch.distributed init_method port (nnodes > 1: RESTART to every remote agent),
+           READY from every rank
            ├─ start-up fails: that attempt's resources are shut down; it counted; retry
            └─ READY: under send, reply and state locks: failure cleared, incarnation + 1
 
@@ -25,8 +26,11 @@ Invariants:
 - Traces: ``executor.restart`` is a child of the caller's context (the engine's
   ``engine.recovery`` span, an OpenTelemetry span, ``TRACEPARENT``); the new incarnation's
   ``executor.startup`` is its child.
-- One node only: with ``nnodes > 1`` the remote agents would have to start the new
-  incarnation; ``restart()`` raises instead.
+- Across nodes (``nnodes > 1``) the hub stays (executor/remote_site.py): the new
+  incarnation's start sends RESTART to every remote ``faultlab worker`` agent, which stops
+  what is left of its old workers and forks new ones (a new session key, the new rendezvous
+  port).  A node whose agent is gone fails the attempt by name once it has been silent
+  ``node_timeout`` (counted from no earlier than the attempt: its time to rejoin).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import telemetry
 from executor.errors import ExecutorFailedError, describe
+from executor.remote_site import release
 from executor.resources import ExecutorResources
 
 if TYPE_CHECKING:
@@ -50,11 +55,6 @@ class RestartAborted(ExecutorFailedError):
 
 def restart_workers(ex: MultiprocExecutor, reason: str) -> None:
     """Fail the current incarnation if needed, then start a new one (see module doc)."""
-    cfg = ex.config
-    if cfg.nnodes > 1:
-        raise ExecutorFailedError(
-            f"restart() supports one node only; this executor spans {cfg.nnodes} nodes "
-            "(restart the remote `faultlab worker` agents with a new executor instead)")
     with ex._restart_lock:
         _check_open(ex)
         span = _start_span(ex, reason)
@@ -129,7 +129,7 @@ def _start_incarnation(ex: MultiprocExecutor) -> None:
     res.send_lock, res.reply_lock = old.send_lock, old.reply_lock
     ex._res = res  # ex._failure is still set: callers keep failing at once
     ex._finalizer.detach()
-    ex._finalizer = weakref.finalize(ex, res.shutdown)
+    ex._finalizer = weakref.finalize(ex, release, res, ex._site)
     try:
         ex._start(ex._wait_policy)
         _go_live(ex, res)

@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import pickle
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,19 +38,27 @@ from executor.config import ExecutorConfig
 from executor.errors import AuthenticationError, WorkerStartupError
 from executor.protocol import RemoteError
 from executor.tcp_wire import (
+    AGENT,
+    AGENT_KINDS,
     BYE,
     CONFIG,
     DATA,
     HEARTBEAT,
     HELLO,
+    KIND_NAMES,
     READY,
+    RESTART,
     START_ERROR,
     Envelope,
+    agent_identity,
+    head_incarnation,
     node_identity,
     parse_head,
+    peek_head,
     poll_ms,
     rank_identity,
     seal,
+    session_key,
     unseal,
 )
 from executor.waiting import WaitPolicy
@@ -67,6 +76,8 @@ class NodeConfig:
     init_method: str
     wait_policy: WaitPolicy
     trace: tuple[int, int, int] | None = None
+    incarnation: int = 0  # set by DriverHub.begin, with the nonce of its session key
+    nonce: bytes = b""
 
 
 def new_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
@@ -79,12 +90,12 @@ def new_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
 
 
 class DriverHub(threading.Thread):
-    """Owns the ROUTER socket: forwards requests out, replies in, heartbeats both ways."""
+    """Owns the ROUTER socket for the executor's life: requests out, replies in, heartbeats,
+    and the agents' links, over which each new incarnation is started (``begin``)."""
 
-    def __init__(self, cfg: ExecutorConfig, secret: bytes, node_config: NodeConfig) -> None:
+    def __init__(self, cfg: ExecutorConfig, secret: bytes) -> None:
         super().__init__(name="faultlab-tcp-hub", daemon=True)
         self.cfg, self.secret = cfg, secret
-        self._config_blob = pickle.dumps(node_config)
         self.ctx = zmq.Context()
         self.router = new_socket(self.ctx, zmq.ROUTER)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone peer raises
@@ -96,6 +107,36 @@ class DriverHub(threading.Thread):
             raise OSError(f"cannot listen on {cfg.driver_host}:{cfg.driver_port} for remote "
                           f"workers: {exc}") from exc
         self.port = int(self.router.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+        self._open_inproc()
+        self._wake = WakeupPipe()  # begin/end/stop: read by the hub thread
+        os.set_blocking(self._wake.r, False)
+        self._commands: collections.deque[tuple[str, int]] = collections.deque()
+        self._cond = threading.Condition()
+        # The incarnation being started or served, and its state; replaced by begin(),
+        # guarded by _cond (the hub thread reads the plain references it holds).
+        self.incarnation = -1
+        self._keys: dict[int, bytes] = {}  # every incarnation's session key: old ones name stale messages
+        self._config_blob = b""
+        self._ranks: dict[bytes, int] = {}  # this incarnation's worker identities
+        self._ended = True  # no incarnation is being started or served
+        self.begun_at = 0.0
+        self.pids: dict[int, int] = {}  # rank -> pid, from READY
+        self._start_errors: dict[int, RemoteError] = {}
+        self.lost: str | None = None  # this incarnation's first loss
+        self.serving = False  # start-up is over: losses are reported to on_lost
+        self.on_lost: LostCallback | None = None
+        self.agent_seen: dict[int, float] = {}  # node -> its agent's last sign of life
+        # Only the hub thread touches these.
+        self._last_seen: dict[bytes, float] = {}  # this incarnation's workers
+        self._agents: dict[int, bytes] = {}  # node -> its agent's link
+        self._restart_sent: dict[int, int] = {}  # node -> the incarnation it was sent
+        self._hellos: set[bytes] = set()  # agents that said HELLO between incarnations
+        self._term_on_exit = False  # close() ran on this thread: end the context on the way out
+        self.rejected = 0  # messages that failed authentication
+        self.stale = 0  # authentic messages of an older incarnation, dropped
+        self.last_rejection = ""
+
+    def _open_inproc(self) -> None:
         base = f"inproc://faultlab-hub-{os.getpid()}-{id(self)}"
         self._requests_in = new_socket(self.ctx, zmq.PULL)
         self._requests_in.bind(base + "-requests")
@@ -105,22 +146,13 @@ class DriverHub(threading.Thread):
         self.requests_out.connect(base + "-requests")
         self.replies_in = new_socket(self.ctx, zmq.PULL)  # executor side, under the reply lock
         self.replies_in.connect(base + "-replies")
-        self._stop_pipe = WakeupPipe()
-        self._ranks = {rank_identity(r): r for r in cfg.remote_ranks}
-        self._cond = threading.Condition()
-        self.pids: dict[int, int] = {}  # rank -> pid, from READY; guarded by _cond
-        self._start_errors: dict[int, RemoteError] = {}
-        self._last_seen: dict[bytes, float] = {}  # only the hub thread touches it
-        self.lost: str | None = None  # set once, under _cond
-        self.serving = False  # set by the executor once start-up is over: losses are reported
-        self.on_lost: LostCallback | None = None
-        self._term_on_exit = False  # close() ran on this thread: end the context on the way out
-        self.rejected = 0  # messages that failed authentication
-        self.last_rejection = ""
 
     @property
     def address(self) -> str:
         return f"{self.cfg.driver_host}:{self.port}"
+
+    def session_key(self, incarnation: int) -> bytes:
+        return self._keys[incarnation]
 
     # ------------------------------------------------------------------ the loop
 
@@ -128,12 +160,12 @@ class DriverHub(threading.Thread):
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self._requests_in, zmq.POLLIN)
-        poller.register(self._stop_pipe.r, zmq.POLLIN)
+        poller.register(self._wake.r, zmq.POLLIN)
         next_beat = 0.0
         try:
-            while self.lost is None:
+            while True:
                 events = dict(poller.poll(poll_ms(self.cfg.heartbeat_interval)))
-                if self._stop_pipe.r in events:
+                if self._wake.r in events and not self._run_commands():
                     break
                 if self.router in events:
                     self._drain(self.router, self._on_network)
@@ -152,6 +184,31 @@ class DriverHub(threading.Thread):
             if self._term_on_exit:
                 self.ctx.term()
 
+    def _run_commands(self) -> bool:
+        """What begin/end/stop asked for; False on stop."""
+        try:
+            os.read(self._wake.r, 4096)
+        except BlockingIOError:
+            pass
+        while self._commands:
+            what, incarnation = self._commands.popleft()
+            if what == "stop":
+                return False
+            if what == "begin":
+                self._last_seen.clear()  # the old workers were told BYE by end()
+                for node in list(self._agents):
+                    self._send_restart(node)
+                for identity in self._hellos:
+                    self._send(identity, seal(self.secret, CONFIG, -1, 0, [self._config_blob],
+                                              incarnation))
+                self._hellos.clear()
+            elif what == "end":
+                bye = seal(self._keys[incarnation], BYE, -1, 0, (), incarnation)
+                for identity in list(self._last_seen):
+                    self._send(identity, bye)
+                self._last_seen.clear()
+        return True
+
     @staticmethod
     def _drain(sock: zmq.Socket, handle: Callable[[list[zmq.Frame]], None]) -> None:
         while True:
@@ -164,25 +221,62 @@ class DriverHub(threading.Thread):
     def _on_network(self, frames: list[zmq.Frame]) -> None:
         identity, raw = frames[0].bytes, [f.bytes for f in frames[1:]]
         try:
-            env = unseal(self.secret, raw)
+            env = unseal(self._key_for(raw), raw)
         except AuthenticationError as exc:
             self._reject(identity, str(exc))
             return
-        if self._expected_identity(env) != identity:
+        if env.kind in (HELLO, AGENT):
+            self._on_agent(identity, env)
+        elif env.incarnation != self.incarnation or self._ended:
+            self._drop_stale(identity, env)
+        elif self._ranks.get(identity) != env.rank:
             self._reject(identity, f"an authenticated {env.kind} claims rank {env.rank}")
-            return
-        self._last_seen[identity] = time.monotonic()
-        if env.kind == DATA:
-            self._replies_out.send_multipart([raw[1], *env.parts], copy=False)
-        elif env.kind == HELLO:
-            self._send(identity, seal(self.secret, CONFIG, -1, 0, [self._config_blob]))
-        elif env.kind in (READY, START_ERROR):
-            self._on_started(env)
+        else:
+            self._last_seen[identity] = time.monotonic()
+            if env.kind == DATA:
+                self._replies_out.send_multipart([raw[1], *env.parts], copy=False)
+            elif env.kind in (READY, START_ERROR):
+                self._on_started(env)
 
-    def _expected_identity(self, env: Envelope) -> bytes:
+    def _key_for(self, raw: list[bytes]) -> bytes:
+        """The secret for agents' messages, else the session key the head names (unknown: none)."""
+        head = peek_head(raw)
+        if head is None or head[0] in AGENT_KINDS:
+            return self.secret
+        return self._keys.get(head[1], b"")
+
+    def _drop_stale(self, identity: bytes, env: Envelope) -> None:
+        self.stale += 1
+        log.info("tcp: dropped a %s of incarnation %d from %r (now %d)",
+                 KIND_NAMES[env.kind], env.incarnation, identity, self.incarnation)
+
+    def _on_agent(self, identity: bytes, env: Envelope) -> None:
+        node = env.rank
+        expected = node_identity(node) if env.kind == HELLO else agent_identity(node, env.incarnation)
+        if identity != expected or not 1 <= node < self.cfg.nnodes:
+            self._reject(identity, f"an authenticated agent message claims node {node}")
+            return
+        with self._cond:
+            self.agent_seen[node] = time.monotonic()
+            self._cond.notify_all()
         if env.kind == HELLO:
-            return node_identity(env.rank)
-        return rank_identity(env.rank) if rank_identity(env.rank) in self._ranks else b""
+            if self._ended:
+                self._hellos.add(identity)  # answered when the next incarnation begins
+            else:
+                self._send(identity, seal(self.secret, CONFIG, -1, 0, [self._config_blob],
+                                          self.incarnation))
+            return
+        self._agents[node] = identity
+        if env.incarnation < self.incarnation and not self._ended:
+            self._send_restart(node)
+
+    def _send_restart(self, node: int) -> None:
+        """Tell ``node``'s agent to start the current incarnation (once per incarnation)."""
+        if self._restart_sent.get(node) == self.incarnation or self._ended:
+            return
+        self._restart_sent[node] = self.incarnation
+        self._send(self._agents[node], seal(self.secret, RESTART, -1, 0, [self._config_blob],
+                                            self.incarnation))
 
     def _on_started(self, env: Envelope) -> None:
         with self._cond:
@@ -201,6 +295,9 @@ class DriverHub(threading.Thread):
             self._lose([rank], f"a message on its link failed authentication ({why})")
 
     def _broadcast(self, frames: list[zmq.Frame]) -> None:
+        if head_incarnation(frames[1].bytes) != self.incarnation or self._ended:
+            self.stale += 1  # a request written for an incarnation that has ended
+            return
         for identity in self._ranks:
             self._send(identity, frames)
 
@@ -212,20 +309,25 @@ class DriverHub(threading.Thread):
                 raise
             if identity in self._ranks:
                 self._lose([self._ranks[identity]], "its TCP connection closed")
+            for node, link in list(self._agents.items()):
+                if link == identity:  # gone, or reconnecting as its next incarnation
+                    del self._agents[node]
 
     def _beat(self) -> None:
-        beat = seal(self.secret, HEARTBEAT, -1, 0)
         now = time.monotonic()
-        for identity, seen in list(self._last_seen.items()):
-            if identity not in self._ranks:
-                continue  # an agent: it leaves once its workers started
-            self._send(identity, beat)
-            if now - seen > self.cfg.node_timeout:
-                self._lose([self._ranks[identity]], f"sent nothing for {now - seen:.1f} s")
+        if not self._ended:
+            beat = seal(self._keys[self.incarnation], HEARTBEAT, -1, 0, (), self.incarnation)
+            for identity, seen in list(self._last_seen.items()):
+                self._send(identity, beat)
+                if now - seen > self.cfg.node_timeout:
+                    self._lose([self._ranks[identity]], f"sent nothing for {now - seen:.1f} s")
+        agent_beat = seal(self.secret, HEARTBEAT, -1, 0)
+        for identity in list(self._agents.values()):
+            self._send(identity, agent_beat)
 
     def _lose(self, ranks: list[int], why: str) -> None:
         with self._cond:
-            if self.lost is not None:
+            if self.lost is not None or self._ended:
                 return
             node = self.cfg.node_of(ranks[0])
             node_ranks = self.cfg.node_ranks(node)
@@ -238,14 +340,45 @@ class DriverHub(threading.Thread):
             callback(node, node_ranks, self.lost)
 
     def _say_bye(self) -> None:
-        bye = seal(self.secret, BYE, -1, 0)
-        for identity in self._last_seen:
+        byes = [(identity, seal(self.secret, BYE, -1, 0)) for identity in self._agents.values()]
+        if not self._ended:
+            bye = seal(self._keys[self.incarnation], BYE, -1, 0, (), self.incarnation)
+            byes += [(identity, bye) for identity in self._last_seen]
+        for identity, frames in byes:
             try:
-                self.router.send_multipart([identity, *bye], zmq.NOBLOCK)
+                self.router.send_multipart([identity, *frames], zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass  # gone already
 
     # ------------------------------------------------------------------ executor side
+
+    def begin(self, node_config: NodeConfig) -> int:
+        """Start a new incarnation: a session key, fresh state, RESTART to every agent."""
+        with self._cond:
+            incarnation = self.incarnation + 1
+            nonce = secrets.token_bytes(16)
+            self._keys[incarnation] = session_key(self.secret, incarnation, nonce)
+            self._config_blob = pickle.dumps(
+                dataclasses.replace(node_config, incarnation=incarnation, nonce=nonce))
+            self._ranks = {rank_identity(r, incarnation): r for r in self.cfg.remote_ranks}
+            self.pids, self._start_errors, self.lost = {}, {}, None
+            self.serving, self.on_lost, self._ended = False, None, False
+            self.begun_at = time.monotonic()
+            self.incarnation = incarnation
+        self._command("begin", incarnation)
+        return incarnation
+
+    def end(self, incarnation: int) -> None:
+        """``incarnation`` is over: BYE to its workers, no more losses; any thread, any time."""
+        with self._cond:
+            if incarnation != self.incarnation or self._ended:
+                return
+            self._ended, self.serving = True, False
+        self._command("end", incarnation)
+
+    def _command(self, what: str, incarnation: int) -> None:
+        self._commands.append((what, incarnation))
+        self._wake.wake()
 
     def wait_ready(self, deadline: float, timeout: float) -> None:
         """Block until every remote worker said READY; raise WorkerStartupError otherwise."""
@@ -255,6 +388,7 @@ class DriverHub(threading.Thread):
                 missing = [r for r in self.cfg.remote_ranks if r not in self.pids]
                 if not missing:
                     return
+                self._raise_agent_gone(missing)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WorkerStartupError(
@@ -262,7 +396,20 @@ class DriverHub(threading.Thread):
                         f"start them with `faultlab worker --driver {self.address} --node-rank K` "
                         "(and the secret) or raise ExecutorConfig.startup_timeout"
                     )
-                self._cond.wait(remaining)
+                self._cond.wait(min(remaining, self.cfg.heartbeat_interval))
+
+    def _raise_agent_gone(self, missing: list[int]) -> None:
+        """A node whose agent was known but has been silent ``node_timeout`` (counted from no
+        earlier than this incarnation's start: that long to rejoin) is reported by name."""
+        now = time.monotonic()
+        for node in sorted({self.cfg.node_of(r) for r in missing}):
+            seen = self.agent_seen.get(node)
+            if seen is not None and now - max(seen, self.begun_at) > self.cfg.node_timeout:
+                raise WorkerStartupError(
+                    f"node {node} (ranks {self.cfg.node_ranks(node)}) is gone: its `faultlab "
+                    f"worker` agent has sent nothing for {now - seen:.1f} s and did not rejoin "
+                    f"within node_timeout ({self.cfg.node_timeout:g} s); start it again with "
+                    f"`faultlab worker --driver {self.address} --node-rank {node}`")
 
     def _raise_start_error(self) -> None:
         for rank, error in sorted(self._start_errors.items()):
@@ -273,16 +420,18 @@ class DriverHub(threading.Thread):
         if self.lost is not None:
             raise WorkerStartupError(f"before READY: {self.lost}")
 
-    def serve(self, on_lost: LostCallback) -> str | None:
+    def serve(self, incarnation: int, on_lost: LostCallback) -> str | None:
         """Start-up is over: report a loss to ``on_lost`` from now on; return one seen before."""
         with self._cond:
+            if incarnation != self.incarnation or self._ended:
+                return f"incarnation {incarnation} ended before it served"
             self.on_lost = on_lost
             self.serving = True
             return self.lost
 
     def stop(self) -> None:
-        """Make the thread say BYE and close its sockets; safe to call any time, any thread."""
-        self._stop_pipe.wake()
+        """Make the thread say BYE to everyone and close its sockets; any thread, any time."""
+        self._command("stop", -1)
 
     def close(self) -> None:
         """After the thread ended and no executor thread uses its ends: release everything."""
@@ -292,28 +441,34 @@ class DriverHub(threading.Thread):
             self._term_on_exit = True
         elif not self.is_alive():
             self.ctx.term()
-        self._stop_pipe.close()
+        self._wake.close()
 
 
 class TcpBroadcastWriter:
-    """Seals each request once and hands it to the hub, which sends it to every remote rank."""
+    """Seals each request once (its incarnation's key) and hands it to the hub, which sends
+    it to every remote rank of that incarnation."""
 
-    def __init__(self, hub: DriverHub) -> None:
+    def __init__(self, hub: DriverHub, incarnation: int) -> None:
         self._out = hub.requests_out
-        self._secret = hub.secret
+        self._key = hub.session_key(incarnation)
+        self._incarnation = incarnation
 
     def write(self, msg_id: int, parts: Sequence[memoryview | bytes], deadline: float | None) -> None:
         # copy=True: the caller may reuse its buffers once the call returns, as with shm.
-        self._out.send_multipart(seal(self._secret, DATA, -1, msg_id, parts), copy=True)
+        self._out.send_multipart(seal(self._key, DATA, -1, msg_id, parts, self._incarnation),
+                                 copy=True)
 
 
 class TcpReplies:
     """Replies from every remote rank on one inproc socket, sorted into one deque per rank."""
 
     def __init__(
-        self, hub: DriverHub, interrupt_fds: Sequence[int], on_interrupt: Callable[[], None]
+        self, hub: DriverHub, incarnation: int, interrupt_fds: Sequence[int],
+        on_interrupt: Callable[[], None],
     ) -> None:
         self._sock = hub.replies_in
+        self._incarnation = incarnation
+        self.stale = 0  # replies of an older incarnation still in the inproc pipe, dropped
         self._queues: dict[int, collections.deque[tuple[int, bytes]]] = {
             r: collections.deque() for r in hub.cfg.remote_ranks
         }
@@ -360,6 +515,9 @@ class TcpReplies:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if head_incarnation(frames[0]) != self._incarnation:
+                self.stale += 1
+                continue
             _kind, rank, msg_id = parse_head(frames[0])
             payload = frames[1] if len(frames) == 2 else b"".join(frames[1:])
             self._queues[rank].append((msg_id, payload))

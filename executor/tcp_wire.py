@@ -1,15 +1,21 @@
 """The bytes on the TCP link between the driver and remote workers, and their authentication.
 
     zmq multipart message = mac │ head │ part 1 │ … │ part k
-    head = magic "FLT1" · kind · rank · msg_id
-    mac  = HMAC-SHA256(secret, len(head) head len(part 1) part 1 …)   (lengths as u64)
+    head = magic "FLT2" · kind · rank · incarnation · msg_id
+    mac  = HMAC-SHA256(key, len(head) head len(part 1) part 1 …)   (lengths as u64)
+    key  = the secret (agent ⇄ driver: HELLO, CONFIG, RESTART, AGENT and their HEARTBEAT/BYE)
+         | session_key(secret, incarnation, nonce)   (workers ⇄ driver, one per incarnation)
 
 Every message is checked before anything else looks at it: a message whose MAC does not
 match (tampered, or sent by someone without the per-executor secret) raises
 ``AuthenticationError`` and its payload is never unpickled.  The secret is 32 random bytes
 per executor, handed to remote workers out of band (``FAULTLAB_SECRET`` or a 0600 file),
-like multiprocessing's authkey.  Not covered: replay of a recorded message by someone on
-the path (there is no per-link nonce); bind to loopback or a trusted network.
+like multiprocessing's authkey.  Each incarnation of the workers (``ex.restart()``) gets a
+session: a number carried in every head and a key derived from the secret and a fresh nonce
+(the nonce travels in CONFIG/RESTART, the key never does).  A message of an older
+incarnation authenticates under its own session key and is then dropped as stale, counted,
+never delivered.  Not covered: replay of a recorded message within one incarnation (there is
+no per-message nonce); bind to loopback or a trusted network.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from hashlib import sha256
 from executor.errors import AuthenticationError
 
 SECRET_ENV = "FAULTLAB_SECRET"
-MAGIC = b"FLT1"
-_HEAD = struct.Struct("<4sBiQ")  # magic, kind, rank (-1: the driver), msg_id
+MAGIC = b"FLT2"  # version 2: the head carries the incarnation
+_HEAD = struct.Struct("<4sBiIQ")  # magic, kind, rank (-1: the driver; a node for agents), incarnation, msg_id
+HEAD_BYTES = _HEAD.size
 _LEN = struct.Struct("<Q")
 MAC_BYTES = 32
 
@@ -38,9 +45,12 @@ READY = 3  # worker -> driver: msg_id = pid
 START_ERROR = 4  # worker -> driver: payload = pickled RemoteError
 DATA = 5  # request (driver -> workers) or reply (worker -> driver): payload = a frame's parts
 HEARTBEAT = 6  # either way; any authenticated message also counts as a sign of life
-BYE = 7  # driver -> everyone: the executor is shutting down, leave
+BYE = 7  # driver -> workers: this incarnation ends; driver -> agents: the executor shut down
+RESTART = 8  # driver -> agent: payload = pickled NodeConfig of a new incarnation (head's number)
+AGENT = 9  # agent -> driver, on its link: alive, running the head's incarnation; rank = node
 KIND_NAMES = {HELLO: "HELLO", CONFIG: "CONFIG", READY: "READY", START_ERROR: "START_ERROR",
-              DATA: "DATA", HEARTBEAT: "HEARTBEAT", BYE: "BYE"}
+              DATA: "DATA", HEARTBEAT: "HEARTBEAT", BYE: "BYE", RESTART: "RESTART", AGENT: "AGENT"}
+AGENT_KINDS = (HELLO, CONFIG, RESTART, AGENT)  # always under the secret itself
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +61,7 @@ class Envelope:
     rank: int
     msg_id: int
     parts: list[bytes]
+    incarnation: int = 0
 
     def payload(self) -> bytes:
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
@@ -65,9 +76,9 @@ def mac(secret: bytes, frames: Sequence[bytes | memoryview]) -> bytes:
 
 
 def seal(secret: bytes, kind: int, rank: int, msg_id: int,
-         parts: Sequence[bytes | memoryview] = ()) -> list[bytes | memoryview]:
+         parts: Sequence[bytes | memoryview] = (), incarnation: int = 0) -> list[bytes | memoryview]:
     """The frames of one authenticated message."""
-    frames: list[bytes | memoryview] = [_HEAD.pack(MAGIC, kind, rank, msg_id)]
+    frames: list[bytes | memoryview] = [_HEAD.pack(MAGIC, kind, rank, incarnation, msg_id)]
     frames += [memoryview(p).cast("B") if isinstance(p, memoryview) else p for p in parts]
     return [mac(secret, frames), *frames]
 
@@ -83,10 +94,24 @@ def unseal(secret: bytes, frames: Sequence[bytes]) -> Envelope:
         )
     if len(frames[1]) != _HEAD.size:
         raise AuthenticationError("authenticated message has a malformed head")  # a bug, not an attack
-    magic, kind, rank, msg_id = _HEAD.unpack(frames[1])
+    magic, kind, rank, incarnation, msg_id = _HEAD.unpack(frames[1])
     if magic != MAGIC or kind not in KIND_NAMES:
         raise AuthenticationError(f"authenticated message has unknown magic/kind {magic!r}/{kind}")
-    return Envelope(kind, rank, msg_id, list(frames[2:]))
+    return Envelope(kind, rank, msg_id, list(frames[2:]), incarnation)
+
+
+def session_key(secret: bytes, incarnation: int, nonce: bytes) -> bytes:
+    """The key of one incarnation's worker messages: only holders of the secret can derive it."""
+    return hmac.new(secret, b"faultlab-session" + struct.pack("<I", incarnation) + nonce,
+                    digestmod=sha256).digest()
+
+
+def peek_head(frames: Sequence[bytes]) -> tuple[int, int] | None:
+    """(kind, incarnation) of a message NOT yet authenticated: only to choose its key."""
+    if len(frames) < 2 or len(frames[1]) != _HEAD.size:
+        return None
+    _magic, kind, _rank, incarnation, _msg_id = _HEAD.unpack(frames[1])
+    return kind, incarnation
 
 
 def new_secret() -> bytes:
@@ -123,18 +148,30 @@ def secret_from_env() -> bytes | None:
     return parse_secret(text) if text else None
 
 
-def rank_identity(rank: int) -> bytes:
-    return b"r%d" % rank
+def rank_identity(rank: int, incarnation: int = 0) -> bytes:
+    """A worker's link, one per incarnation: an old worker's link can never pass for a new one."""
+    return b"r%d.%d" % (rank, incarnation)
 
 
 def node_identity(node: int) -> bytes:
+    """The socket an agent (or a rejoining one) says HELLO on."""
     return b"n%d" % node
+
+
+def agent_identity(node: int, incarnation: int) -> bytes:
+    """An agent's link while it runs ``incarnation``'s workers."""
+    return b"a%d.%d" % (node, incarnation)
 
 
 def parse_head(head: bytes) -> tuple[int, int, int]:
     """(kind, rank, msg_id) of a head that ``unseal`` already accepted."""
-    _magic, kind, rank, msg_id = _HEAD.unpack(head)
+    _magic, kind, rank, _incarnation, msg_id = _HEAD.unpack(head)
     return kind, rank, msg_id
+
+
+def head_incarnation(head: bytes) -> int:
+    """The incarnation of a head that ``unseal`` already accepted."""
+    return int(_HEAD.unpack(head)[3])
 
 
 def poll_ms(seconds: float | None) -> int | None:

@@ -31,19 +31,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import zmq
 
+from executor.config import ExecutorConfig
 from executor.errors import AuthenticationError, CorruptMessageError
 from executor.process_setup import ExitState, prepare_process
 from executor.protocol import EXIT_PARENT_DIED, EXIT_STARTUP_FAILED, RemoteError
+from executor.stopping import stop_processes
 from executor.tcp_driver import NodeConfig, new_socket
 from executor.tcp_wire import (
     BYE,
     CONFIG,
     DATA,
+    HEAD_BYTES,
     HEARTBEAT,
     HELLO,
     READY,
@@ -53,6 +56,7 @@ from executor.tcp_wire import (
     poll_ms,
     rank_identity,
     seal,
+    session_key,
     unseal,
 )
 from executor.waiting import WaitPolicy
@@ -70,7 +74,8 @@ class RemoteBootstrap:
     ctx: WorkerContext
     worker: str
     driver: str  # "host:port"
-    secret: bytes
+    secret: bytes  # this incarnation's session key (never the executor's secret itself)
+    incarnation: int
     heartbeat_interval: float
     node_timeout: float
     death: Connection  # read end of the agent's death pipe
@@ -91,7 +96,7 @@ class WorkerLink(threading.Thread):
         self.boot, self.state, self.rank = boot, state, boot.ctx.rank
         self.ctx = zmq.Context()
         self.dealer = new_socket(self.ctx, zmq.DEALER)
-        self.dealer.setsockopt(zmq.ROUTING_ID, rank_identity(self.rank))
+        self.dealer.setsockopt(zmq.ROUTING_ID, rank_identity(self.rank, boot.incarnation))
         self.dealer.setsockopt(zmq.LINGER, 2000)  # let the last reply / start-up error out
         self.dealer.connect(f"tcp://{boot.driver}")
         base = f"inproc://faultlab-link-{os.getpid()}"
@@ -125,7 +130,8 @@ class WorkerLink(threading.Thread):
             if now - last_seen > self.boot.node_timeout:
                 self._leave(f"no message from the driver for {now - last_seen:.1f} s")
             if now >= next_beat:
-                self.dealer.send_multipart(seal(self.boot.secret, HEARTBEAT, self.rank, 0))
+                self.dealer.send_multipart(seal(self.boot.secret, HEARTBEAT, self.rank, 0, (),
+                                                self.boot.incarnation))
                 next_beat = now + self.boot.heartbeat_interval
         # Leaving: the driver is gone, so nothing queued can be delivered; else flush.
         self.dealer.close(linger=0 if self._leaving else None)
@@ -144,9 +150,11 @@ class WorkerLink(threading.Thread):
                 env = unseal(self.boot.secret, frames)
             except AuthenticationError as exc:
                 log.error("worker %d: rejected a message from the driver's link: %s", self.rank, exc)
-                msg_id = parse_head(frames[1])[2] if len(frames) > 1 and len(frames[1]) == 17 else 0
+                msg_id = parse_head(frames[1])[2] if len(frames) > 1 and len(frames[1]) == HEAD_BYTES else 0
                 self._to_main.send_multipart([_DAMAGED, msg_id.to_bytes(8, "little"), str(exc).encode()])
                 continue
+            if env.incarnation != self.boot.incarnation:
+                continue  # cannot happen (another incarnation's key fails the MAC); never delivered
             authentic = True
             if env.kind == DATA:
                 self._to_main.send_multipart([frames[1], *env.parts], copy=False)
@@ -175,7 +183,7 @@ class WorkerLink(threading.Thread):
         hard_exit.start()
 
     def send(self, kind: int, msg_id: int, parts: Sequence[memoryview | bytes] = ()) -> None:
-        frames = seal(self.boot.secret, kind, self.rank, msg_id, parts)
+        frames = seal(self.boot.secret, kind, self.rank, msg_id, parts, self.boot.incarnation)
         with self.outbox_lock:
             self.outbox.send_multipart(frames, copy=True)
 
@@ -283,32 +291,78 @@ def fetch_node_config(driver: str, node: int, secret: bytes, timeout: float) -> 
 
 
 def run_node(driver: str, node: int, secret: bytes, connect_timeout: float) -> int:
-    """Start node ``node``'s workers and wait for them; the exit code says whether all went well."""
-    config = fetch_node_config(driver, node, secret, connect_timeout)
+    """Run node ``node``'s workers, one incarnation after another, until the driver says BYE
+    or goes silent; the exit code says whether the last incarnation ended well."""
+    from executor.tcp_agent import NodeAgent
+
+    config: NodeConfig | None = fetch_node_config(driver, node, secret, connect_timeout)
+    assert config is not None
+    if not 1 <= node < config.cfg.nnodes:
+        raise ValueError(f"node rank {node} is not in 1..{config.cfg.nnodes - 1}")
+    importlib.import_module(config.cfg.worker.partition(":")[0])  # forked workers start loaded
+    agent = NodeAgent(driver, node, secret)
+    agent.install_signals()
+    code = 0
+    while config is not None:
+        group = start_group(config, driver, secret, node)
+        config = agent.serve(config, group)  # the next incarnation's, or None: leave
+        code = group.stop()
+    return code
+
+
+class NodeGroup:
+    """One incarnation's worker processes on this node, and the death pipe they watch."""
+
+    def __init__(self, cfg: ExecutorConfig, ranks: list[int], processes: list[Any],
+                 death_w: Connection) -> None:
+        self.cfg, self.ranks, self.processes, self.death_w = cfg, ranks, processes, death_w
+
+    @property
+    def sentinels(self) -> list[int]:
+        return [p.sentinel for p in self.processes if p.exitcode is None]
+
+    def leave(self) -> None:
+        """Close the death pipe: every worker of this group leaves (idempotent)."""
+        self.death_w.close()
+
+    def stop(self) -> int:
+        """Leave, grace, SIGTERM, SIGKILL, reap: nothing of this group stays; 0 if all
+        ended normally."""
+        self.leave()
+        stop_processes([(rank, p, -1) for rank, p in zip(self.ranks, self.processes, strict=True)],
+                       self.cfg.shutdown_grace, self.cfg.sigterm_grace)
+        normal = (0, EXIT_PARENT_DIED, 128 + signal.SIGTERM, -signal.SIGTERM)
+        ok = all(p.exitcode in normal for p in self.processes)
+        for p in self.processes:
+            p.close()
+        return 0 if ok else 1
+
+
+def start_group(config: NodeConfig, driver: str, secret: bytes, node: int) -> NodeGroup:
+    """Fork one worker per rank of ``node`` for ``config``'s incarnation (no ZeroMQ context
+    is open in this process now: a child must not inherit one)."""
     cfg = config.cfg
-    if not 1 <= node < cfg.nnodes:
-        raise ValueError(f"node rank {node} is not in 1..{cfg.nnodes - 1}")
-    importlib.import_module(cfg.worker.partition(":")[0])  # forked workers start loaded
     method = "fork" if threading.active_count() == 1 else "forkserver"
     mp = multiprocessing.get_context(method)
     death_r, death_w = mp.Pipe(duplex=False)
-    processes = [_start_remote(mp, config, driver, secret, rank, death_r, death_w, method)
+    key = session_key(secret, config.incarnation, config.nonce)
+    processes = [_start_remote(mp, config, driver, key, rank, death_r, method)
                  for rank in cfg.node_ranks(node)]
     death_r.close()
-    log.info("node %d: started ranks %s (pids %s)", node, cfg.node_ranks(node),
-             [p.pid for p in processes])
-    return _wait_children(processes, death_w)
+    log.info("node %d: incarnation %d: started ranks %s (pids %s)", node, config.incarnation,
+             cfg.node_ranks(node), [p.pid for p in processes])
+    return NodeGroup(cfg, cfg.node_ranks(node), processes, death_w)
 
 
 def _start_remote(
-    mp: Any, config: NodeConfig, driver: str, secret: bytes, rank: int,
-    death_r: Connection, death_w: Connection, method: str,
+    mp: Any, config: NodeConfig, driver: str, key: bytes, rank: int, death_r: Connection,
+    method: str,
 ) -> Any:
     cfg = config.cfg
     ctx = WorkerContext(rank, cfg.world_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
                         config.init_method, dict(cfg.worker_kwargs), cfg.async_scheduling)
     boot = RemoteBootstrap(
-        ctx=ctx, worker=cfg.worker, driver=driver, secret=secret,
+        ctx=ctx, worker=cfg.worker, driver=driver, secret=key, incarnation=config.incarnation,
         heartbeat_interval=cfg.heartbeat_interval, node_timeout=cfg.node_timeout, death=death_r,
         start_method=method, thread_cap=cfg.thread_cap(), wait_policy=config.wait_policy,
         exit_grace_s=cfg.worker_exit_grace, trace=config.trace,
@@ -317,18 +371,3 @@ def _start_remote(
                          daemon=True)
     process.start()
     return process
-
-
-def _wait_children(processes: list[Any], death_w: Connection) -> int:
-    """Wait for every worker; SIGTERM/SIGINT to the agent closes their death pipe first."""
-    def stop(_signum: int, _frame: Any) -> None:
-        death_w.close()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    pending = {p.sentinel: p for p in processes}
-    while pending:
-        for sentinel in wait(list(pending)):
-            pending.pop(sentinel).join()
-    normal = (0, EXIT_PARENT_DIED, 128 + signal.SIGTERM, -signal.SIGTERM)
-    return 0 if all(p.exitcode in normal for p in processes) else 1

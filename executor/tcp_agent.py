@@ -43,20 +43,16 @@ class NodeAgent:
     def __init__(self, driver: str, node: int, secret: bytes) -> None:
         self.driver, self.node, self.secret = driver, node, secret
         self.stopping = False  # SIGTERM/SIGINT: leave
-        self._group: NodeGroup | None = None
 
     def install_signals(self) -> None:
         def stop(_signum: int, _frame: Any) -> None:
-            self.stopping = True
-            if self._group is not None:
-                self._group.leave()
+            self.stopping = True  # serve returns within a heartbeat; then the group is stopped
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
 
     def serve(self, config: NodeConfig, group: NodeGroup) -> NodeConfig | None:
         """Until the driver says what comes next: the next incarnation's config, or None."""
-        self._group = group
         ctx = zmq.Context()
         sock = new_socket(ctx, zmq.DEALER)
         try:
@@ -66,7 +62,6 @@ class NodeAgent:
         finally:
             sock.close(linger=0)
             ctx.term()  # before the next fork
-            self._group = None
 
     def _loop(self, sock: zmq.Socket, config: NodeConfig, group: NodeGroup) -> NodeConfig | None:
         cfg, incarnation = config.cfg, config.incarnation

@@ -36,6 +36,7 @@ from typing import Any
 
 import zmq
 
+from executor import death_pipes
 from executor.config import ExecutorConfig
 from executor.errors import AuthenticationError, CorruptMessageError
 from executor.process_setup import ExitState, prepare_process
@@ -323,7 +324,9 @@ class NodeGroup:
 
     def leave(self) -> None:
         """Close the death pipe: every worker of this group leaves (idempotent)."""
-        self.death_w.close()
+        if not self.death_w.closed:
+            death_pipes.unregister(self.death_w.fileno())
+            self.death_w.close()
 
     def stop(self) -> int:
         """Leave, grace, SIGTERM, SIGKILL, reap: nothing of this group stays; 0 if all
@@ -345,6 +348,7 @@ def start_group(config: NodeConfig, driver: str, secret: bytes, node: int) -> No
     method = "fork" if threading.active_count() == 1 else "forkserver"
     mp = multiprocessing.get_context(method)
     death_r, death_w = mp.Pipe(duplex=False)
+    death_pipes.register(death_w.fileno())  # a worker never keeps it: the agent's death is EOF
     key = session_key(secret, config.incarnation, config.nonce)
     processes = [_start_remote(mp, config, driver, key, rank, death_r, method)
                  for rank in cfg.node_ranks(node)]

@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 
 from executor.config import ExecutorConfig
 from executor.remote_site import RemoteSite
-from executor.tcp_driver import DriverHub, LostCallback, NodeConfig, TcpBroadcastWriter, TcpReplies
+from executor.tcp_channels import TcpBroadcastWriter, TcpReplies
+from executor.tcp_driver import DriverHub, LostCallback, NodeConfig
 from executor.tcp_wire import read_secret_file, secret_from_env, write_secret_file
 from executor.transport import MessageReader, MessageWriter
 from executor.waiting import WaitPolicy

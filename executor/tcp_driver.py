@@ -8,15 +8,25 @@
           └── reply / READY / heartbeat ──► ROUTER ─unseal─► inproc ─► TcpReplies ─► ReplyCollector
                                                             └─► on_lost(node, ranks, why)
 
+    agent of node k ══ its link "a<k>.<n>" (HMAC under the secret) ══ hub: AGENT beats in,
+        HEARTBEAT out; begin(n+1) ─► RESTART(NodeConfig, nonce) ─► the agent forks new workers
+    (tcp_channels.py: the executor's per-incarnation writer and reply readers on the inproc pair)
+
 Invariants:
+- One hub for the executor's life (executor/remote_site.py); ``begin`` starts incarnation n
+  (a fresh session key from the secret and a nonce, worker identities "r<rank>.<n>") and
+  ``end(n)`` says BYE to its workers; only ``stop`` (the executor's end) tells the agents.
 - Only the hub thread touches the ROUTER socket.  The executor's two inproc ends are used
   under the executor's send lock (requests) and reply lock (replies), one thread at a time.
 - Nothing from the network is unpickled before ``unseal`` accepted its HMAC.  A message that
   fails it is dropped and counted; from the identity of a registered remote worker it also
-  fails the executor (the link was tampered with).
+  fails the executor (the link was tampered with).  An authentic message of an older
+  incarnation (or a request written for one) is dropped and counted as stale.
 - A remote worker is lost when a send to it finds its connection gone (EHOSTUNREACH, within
   a heartbeat interval of its death) or it has been silent ``node_timeout`` seconds.  The hub
-  reports the first loss once and stops serving.
+  reports the first loss of an incarnation once.  An agent silent ``node_timeout`` (counted
+  from the incarnation's start at the earliest: its time to rejoin by HELLO) fails that
+  incarnation's start naming its node.
 """
 
 from __future__ import annotations
@@ -53,7 +63,6 @@ from executor.tcp_wire import (
     agent_identity,
     head_incarnation,
     node_identity,
-    parse_head,
     peek_head,
     poll_ms,
     rank_identity,
@@ -442,103 +451,3 @@ class DriverHub(threading.Thread):
         elif not self.is_alive():
             self.ctx.term()
         self._wake.close()
-
-
-class TcpBroadcastWriter:
-    """Seals each request once (its incarnation's key) and hands it to the hub, which sends
-    it to every remote rank of that incarnation."""
-
-    def __init__(self, hub: DriverHub, incarnation: int) -> None:
-        self._out = hub.requests_out
-        self._key = hub.session_key(incarnation)
-        self._incarnation = incarnation
-
-    def write(self, msg_id: int, parts: Sequence[memoryview | bytes], deadline: float | None) -> None:
-        # copy=True: the caller may reuse its buffers once the call returns, as with shm.
-        self._out.send_multipart(seal(self._key, DATA, -1, msg_id, parts, self._incarnation),
-                                 copy=True)
-
-
-class TcpReplies:
-    """Replies from every remote rank on one inproc socket, sorted into one deque per rank."""
-
-    def __init__(
-        self, hub: DriverHub, incarnation: int, interrupt_fds: Sequence[int],
-        on_interrupt: Callable[[], None],
-    ) -> None:
-        self._sock = hub.replies_in
-        self._incarnation = incarnation
-        self.stale = 0  # replies of an older incarnation still in the inproc pipe, dropped
-        self._queues: dict[int, collections.deque[tuple[int, bytes]]] = {
-            r: collections.deque() for r in hub.cfg.remote_ranks
-        }
-        self._fds = list(interrupt_fds)
-        self._on_interrupt = on_interrupt
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
-        for fd in self._fds:
-            self._poller.register(fd, zmq.POLLIN)
-
-    def reader(self, rank: int) -> TcpReplyReader:
-        return TcpReplyReader(self, rank)
-
-    def read(self, rank: int, deadline: float | None) -> tuple[int, bytes] | None:
-        """The oldest reply of ``rank``, left in place until ``ack(rank)``."""
-        queue = self._queues[rank]
-        while not queue:
-            if not self._pump(deadline):
-                return None
-        return queue[0]
-
-    def ack(self, rank: int) -> None:
-        queue = self._queues[rank]
-        if queue:
-            queue.popleft()
-
-    def _pump(self, deadline: float | None) -> bool:
-        """Wait for replies (or an interrupt); False once ``deadline`` has passed."""
-        timeout = None
-        if deadline is not None:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                return False
-        events = dict(self._poller.poll(poll_ms(timeout)))
-        if any(fd in events for fd in self._fds):
-            self._on_interrupt()
-        if self._sock in events:
-            self._take_all()
-        return True
-
-    def _take_all(self) -> None:
-        while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if head_incarnation(frames[0]) != self._incarnation:
-                self.stale += 1
-                continue
-            _kind, rank, msg_id = parse_head(frames[0])
-            payload = frames[1] if len(frames) == 2 else b"".join(frames[1:])
-            self._queues[rank].append((msg_id, payload))
-
-
-class TcpReplyReader:
-    """``read(deadline)`` for one remote rank, as ``QueueReader`` offers for a local one."""
-
-    def __init__(self, replies: TcpReplies, rank: int) -> None:
-        self._replies, self._rank = replies, rank
-        self._holding = False  # read returned the head of the rank's deque; ack pops it once
-
-    def read(self, deadline: float | None, hold: bool = False) -> tuple[int, bytes] | None:
-        got = self._replies.read(self._rank, deadline)
-        if got is not None:
-            self._holding = True
-            if not hold:
-                self.ack()
-        return got
-
-    def ack(self) -> None:
-        if self._holding:
-            self._holding = False
-            self._replies.ack(self._rank)

@@ -1,8 +1,10 @@
 """The remote worker's end of the TCP transport, and the agent that starts a node's workers.
 
     faultlab worker --driver HOST:PORT --node-rank K            (the node agent)
-        HELLO ──► driver ──► CONFIG (ExecutorConfig, init method)    authenticated both ways
-        fork one worker per rank of node K; hold their death pipe; wait for them
+        HELLO ──► driver ──► CONFIG (ExecutorConfig, init method, incarnation, nonce)
+        loop: fork one worker per rank of node K (a NodeGroup; the agent holds their death
+              pipe) ─► NodeAgent.serve (tcp_agent.py) until RESTART (reap this group, loop)
+              or BYE / driver silence (reap, exit)
 
     remote worker rank r
         main thread:  LinkReader.read ◄─ inproc ◄─┐         ┌─► inproc ─► LinkWriter (replies)

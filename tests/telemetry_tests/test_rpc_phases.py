@@ -130,7 +130,7 @@ def test_every_record_format_fits_a_slot_and_is_decoded() -> None:
     assert all(s.format.startswith("<BHI") for s in structs)  # flags, small, id: one head
     decoder = (TELEMETRY / "assemble.py").read_text()
     for name in ("SPAN_START", "SPAN_END", "ATTRIBUTE", "EVENT", "STRING", "THREAD", "PHASES",
-                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED"):
+                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED", "PH_DONE"):
         assert f"j.{name}" in decoder, name
     assert len(set(j.KINDS)) == len(j.KINDS) and 0 not in j.KINDS  # 0 marks an empty slot
 

@@ -74,7 +74,7 @@ class SpanContext(NamedTuple):
         """The small tuple that rides in a queue message (None when not tracing)."""
         if ctx is None:
             return None
-        return (ctx.trace_id, ctx.span_id, FLAG_SAMPLED if ctx.sampled else 0)
+        return (ctx[0], ctx[1], FLAG_SAMPLED if ctx[2] else 0)
 
     @staticmethod
     def from_wire(wire: tuple[int, int, int] | None) -> SpanContext | None:

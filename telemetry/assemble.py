@@ -16,7 +16,8 @@ Invariants:
   when a journal is read for the last time are reported with ``end_ns = None``.
 - PHASES records (``telemetry.span``: one per RPC phase group) expand into the spans they
   stand for, finished at once, with ids derived from the RPC (or execute) span's id, so
-  reading a run twice gives the same ids.  A ``PH_SERVED`` record is the execute span's end.
+  reading a run twice gives the same ids.  A ``PH_SERVED`` record is the execute span's end,
+  a ``PH_DONE`` one the RPC span's.
 """
 
 from __future__ import annotations

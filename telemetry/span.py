@@ -10,7 +10,8 @@ Data flow::
 
 An RPC's child spans are not written as spans: ``ClientSpan`` writes one PHASES record when
 the request is out (enqueue times and the RPC's attributes) and one per three ranks at its
-end (dequeue times); ``ServerSpan`` writes one PHASES record after the reply (dequeue,
+end (dequeue times; on success the last one, ``PH_DONE``, also ends the span);
+``ServerSpan`` writes one PHASES record after the reply (dequeue,
 execute end, reply times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
 ``WORKER_DEQUEUE`` and ``REPLY_ENQUEUE`` spans, with the attributes and kinds a span of
 each would have had.  Failed phases (rare) are written as classic spans.

@@ -62,6 +62,7 @@ from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
 
 log = logging.getLogger("executor")
 FailureCallback = Callable[[], None]
+_RPC_NAMES: dict[str, str] = {}  # method name -> RPC span name, made once per name
 
 
 class MultiprocExecutor:
@@ -424,7 +425,12 @@ class MultiprocExecutor:
         trace (OpenTelemetry context or TRACEPARENT), else a new trace."""
         if parent is None:
             parent = telemetry.caller_parent()
-        return self._rec.start_client_span(f"rpc {call.method}", parent)
+        name = _RPC_NAMES.get(call.method)
+        if name is None:
+            name = f"rpc {call.method}"
+            if len(_RPC_NAMES) < 1000:
+                _RPC_NAMES[call.method] = name
+        return self._rec.start_client_span(name, parent)
 
     @staticmethod
     def _describe_rpc(call: PendingCall, span: RpcSpanLike, start_ns: int, size: int) -> None:

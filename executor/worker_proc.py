@@ -213,8 +213,10 @@ class WorkerProc:
             # truncated; one record once the reply is out ends it and carries the dequeue
             # and reply-enqueue times (worker.dequeue / worker.reply_enqueue when read).
             # Rank and pid are the journal's, the rpc id is the parent's.
-            spans = self.rec.start_server_span(f"worker.execute {method_name(method)}", trace,
-                                               waited_ns, got_ns)
+            name = _EXECUTE_NAMES.get(method) if type(method) is str else None
+            if name is None:
+                name = _execute_name(method)
+            spans = self.rec.start_server_span(name, trace, waited_ns, got_ns)
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
         if must_reply:
             spans.reply_start()
@@ -298,6 +300,16 @@ def _lookup(worker: Any, name: str) -> Any:
 def _annotated(exc: BaseException, what: str) -> RemoteError:
     remote = RemoteError.capture(exc)
     return remote._replace(message=f"{what}: {remote.message}")
+
+
+_EXECUTE_NAMES: dict[str, str] = {}  # method name -> execute span name, made once per name
+
+
+def _execute_name(method: Any) -> str:
+    name = f"worker.execute {method_name(method)}"
+    if type(method) is str and len(_EXECUTE_NAMES) < 1000:
+        _EXECUTE_NAMES[method] = name
+    return name
 
 
 class _WorkerSpans:

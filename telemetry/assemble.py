@@ -16,7 +16,8 @@ Invariants:
   when a journal is read for the last time are reported with ``end_ns = None``.
 - PHASES records (``telemetry.span``: one per RPC phase group) expand into the spans they
   stand for, finished at once, with ids derived from the RPC (or execute) span's id, so
-  reading a run twice gives the same ids.  A ``PH_SERVED`` record is the execute span's end.
+  reading a run twice gives the same ids.  A ``PH_SERVED`` record is the execute span's end,
+  a ``PH_DONE`` one the RPC span's.
 """
 
 from __future__ import annotations
@@ -216,13 +217,8 @@ class JournalDecoder:
         layout = int.from_bytes(raw[2:4], "little")
         if layout == j.PH_SENT:
             self._on_sent(raw)
-        elif layout == j.PH_DEQUEUED:
-            _, _, base, span_id, *times = j.PH_TIMES_S.unpack_from(raw, 1)
-            span = self._open.get(span_id)
-            for i in range(j.PH_DEQUEUE_RANKS):
-                start, end = times[2 * i], times[2 * i + 1]
-                if span is not None and start:
-                    self._child(span, dequeue_name(base + i), 2 + base + i, start, end)
+        elif layout in (j.PH_DEQUEUED, j.PH_DONE):
+            self._on_dequeued(raw, layout == j.PH_DONE)
         elif layout == j.PH_SERVED:
             self._on_served(raw)
 
@@ -245,6 +241,23 @@ class JournalDecoder:
         if flags & j.PH_REPLY_RANK:
             attrs["faultlab.reply_rank"] = reply_rank
         self._child(span, ENQUEUE, 1, start, end)
+
+    def _on_dequeued(self, raw: bytes, done: bool) -> None:
+        """The driver read replies: a dequeue span per rank; ``PH_DONE`` also ends the RPC
+        span, at the latest of its times (the last reply read)."""
+        status, _, base, span_id, *times = j.PH_TIMES_S.unpack_from(raw, 1)
+        span = self._open.pop(span_id, None) if done else self._open.get(span_id)
+        if span is None:
+            return
+        for i in range(j.PH_DEQUEUE_RANKS):
+            start, end = times[2 * i], times[2 * i + 1]
+            if start:
+                self._child(span, dequeue_name(base + i), 2 + base + i, start, end)
+        if done:
+            span.end_ns, span.status = max(times), _STATUS.get(status, "UNSET")
+            self.last_time_ns = max(self.last_time_ns, span.end_ns)
+            span.last_seen_ns = self.last_time_ns
+            self._finished.append(span)
 
     def _on_served(self, raw: bytes) -> None:
         """A worker's reply is out: end its execute span; its dequeue and reply spans."""

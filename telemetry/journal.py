@@ -141,6 +141,8 @@ PH_DEQUEUED = 2  # driver, replies read: id = first rank; (start, end) of 3 rank
 PH_SERVED = 3  # worker, reply sent: ENDS the span; flags = status, id = message string id
 PH_TIMES_S = struct.Struct(_HEAD + "Q6Q")  # span, six times (ns); unused ones are 0
 PH_DEQUEUE_RANKS = 3
+PH_DONE = 4  # driver, last replies read: as PH_DEQUEUED, and ENDS the span (flags = status)
+#              at its latest time: a successful RPC costs no SPAN_END record
 # PH_SERVED times: queue wait start, message in hand, unpickled, executed (the span's end),
 # reply start (0: no reply), reply written.
 

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 from telemetry import journal as j
 from telemetry.config import OWNER_ENV, TMPDIR_ENV, Settings
 from telemetry.span import (
+    FLAG_SAMPLED,
     ClientSpan,
     NonRecordingSpan,
     ServerSpan,
@@ -128,7 +129,10 @@ class Recorder:
         ``SpanContext.to_wire`` tuple from the request); the queue wait began at
         ``waited_ns`` and the message was in hand at ``got_ns``."""
         now = _time_ns()
-        span = self._start(ServerSpan, name, SpanContext.from_wire(wire), now)
+        trace_id, parent_id, flags = wire  # ints, no SpanContext: this runs on every RPC
+        sampled = bool(flags & FLAG_SAMPLED) if self._parent_based \
+            else (trace_id & _M64) < self._root_bound
+        span = self._start_ids(ServerSpan, name, trace_id, parent_id, sampled, now)
         if type(span) is ServerSpan:
             span._waited, span._got, span._unpickled = waited_ns, got_ns, now
         return span
@@ -137,16 +141,20 @@ class Recorder:
         self, cls: type[_S], name: str, parent: SpanContext | None, start_ns: int | None,
     ) -> _S | NonRecordingSpan:
         """Sample, and if sampled write the SPAN_START record of a ``cls`` span."""
-        bits = self._bits
         if parent is None:
-            trace_id = bits(128) or 1
-            sampled = (trace_id & _M64) < self._root_bound
-            parent_id = 0
-        else:
-            trace_id, parent_id = parent.trace_id, parent.span_id
-            sampled = parent.sampled if self._parent_based \
-                else (trace_id & _M64) < self._root_bound
-        span_id = bits(64) or 1
+            trace_id = self._bits(128) or 1
+            return self._start_ids(cls, name, trace_id, 0, (trace_id & _M64) < self._root_bound,
+                                   start_ns)
+        trace_id = parent.trace_id
+        sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
+        return self._start_ids(cls, name, trace_id, parent.span_id, sampled, start_ns)
+
+    def _start_ids(
+        self, cls: type[_S], name: str, trace_id: int, parent_id: int, sampled: bool,
+        start_ns: int | None,
+    ) -> _S | NonRecordingSpan:
+        """``_start`` once the trace, the parent (0: none) and sampling are decided."""
+        span_id = self._bits(64) or 1
         if not sampled:
             return NonRecordingSpan(trace_id, span_id)
         writer = self._writer

@@ -10,7 +10,8 @@ Data flow::
 
 An RPC's child spans are not written as spans: ``ClientSpan`` writes one PHASES record when
 the request is out (enqueue times and the RPC's attributes) and one per three ranks at its
-end (dequeue times); ``ServerSpan`` writes one PHASES record after the reply (dequeue,
+end (dequeue times; on success the last one, ``PH_DONE``, also ends the span);
+``ServerSpan`` writes one PHASES record after the reply (dequeue,
 execute end, reply times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
 ``WORKER_DEQUEUE`` and ``REPLY_ENQUEUE`` spans, with the attributes and kinds a span of
 each would have had.  Failed phases (rare) are written as classic spans.
@@ -47,6 +48,8 @@ _pack_end = j.SPAN_END_S.pack_into
 _pack_sent = j.PH_SENT_S.pack_into
 _pack_times = j.PH_TIMES_S.pack_into
 _time_ns = time.time_ns
+_PH_SENT, _PH_DEQUEUED, _PH_SERVED, _PH_DONE = j.PH_SENT, j.PH_DEQUEUED, j.PH_SERVED, j.PH_DONE
+_PH_NON_BLOCK, _PH_TIMEOUT, _PH_REPLY_RANK = j.PH_NON_BLOCK, j.PH_TIMEOUT, j.PH_REPLY_RANK
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 
 # The names of an RPC's child spans (expanded from PHASES records by ``assemble``).
@@ -72,7 +75,7 @@ class SpanContext(NamedTuple):
         """The small tuple that rides in a queue message (None when not tracing)."""
         if ctx is None:
             return None
-        return (ctx.trace_id, ctx.span_id, FLAG_SAMPLED if ctx.sampled else 0)
+        return (ctx[0], ctx[1], FLAG_SAMPLED if ctx[2] else 0)
 
     @staticmethod
     def from_wire(wire: tuple[int, int, int] | None) -> SpanContext | None:
@@ -190,11 +193,22 @@ class ClientSpan(Span):
     def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
              timeout: float | None, reply_rank: int | None) -> None:
         """The request is out: the enqueue span (``start_ns`` to now) and the RPC's facts."""
-        flags = ((j.PH_NON_BLOCK if non_block else 0) | (0 if timeout is None else j.PH_TIMEOUT)
-                 | (0 if reply_rank is None else j.PH_REPLY_RANK))
-        self._rec.append(_pack_sent, _PHASES, flags, j.PH_SENT, 0, self.span_id, start_ns,
-                         _time_ns(), rpc_id, size, float(timeout or 0.0),
-                         -1 if reply_rank is None else reply_rank)
+        end_ns = _time_ns()
+        writer = self._rec._writer
+        if writer is None:
+            return
+        flags = _PH_NON_BLOCK if non_block else 0
+        if timeout is not None:
+            flags |= _PH_TIMEOUT
+        if reply_rank is None:
+            reply_rank = -1
+        else:
+            flags |= _PH_REPLY_RANK
+        try:
+            writer.append(_pack_sent, _PHASES, flags, _PH_SENT, 0, self.span_id, start_ns,
+                          end_ns, rpc_id, size, float(timeout or 0.0), reply_rank)
+        except _JOURNAL_ERRORS:
+            pass
 
     def enqueue_failed(self, start_ns: int, error: BaseException | str | None) -> None:
         self._rec.start_span(ENQUEUE, self.context, None, start_ns).end(error)
@@ -211,23 +225,45 @@ class ClientSpan(Span):
         self._rec.start_span(dequeue_name(rank), self.context, attributes, start_ns).end(error)
 
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
-        if not self.ended and self._dequeued:
-            self._write_dequeued()
+        """As ``Span.end``; a successful RPC whose replies were read ends with its last
+        dequeue record (``PH_DONE``: the span ends when its last reply was read)."""
+        flat = self._dequeued
+        if self.ended or not flat:
+            super().end(error, end_ns)
+            return
+        self._dequeued = []
+        if error is None and end_ns is None:
+            self.ended = True
+            self._write_dequeued(flat, _PH_DONE)
+            return
+        self._write_dequeued(flat, _PH_DEQUEUED)
         super().end(error, end_ns)
 
-    def _write_dequeued(self) -> None:
-        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first."""
-        flat, self._dequeued = self._dequeued, []
-        per = j.PH_DEQUEUE_RANKS
-        i = 0
-        while i < len(flat):
-            base = flat[i]
-            times = [0] * (2 * per)
-            while i < len(flat) and 0 <= flat[i] - base < per:
-                k = 2 * (flat[i] - base)
-                times[k], times[k + 1] = flat[i + 1], flat[i + 2]
-                i += 3
-            self._rec.append(_pack_times, _PHASES, 0, j.PH_DEQUEUED, base, self.span_id, *times)
+    def _write_dequeued(self, flat: list[int], last: int) -> None:
+        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first;
+        the last one's layout is ``last``."""
+        writer = self._rec._writer
+        if writer is None:
+            return
+        try:
+            if len(flat) == 6 and flat[0] == 0 and flat[3] == 1:  # TP=2, the common case
+                writer.append(_pack_times, _PHASES, _STATUS_OK, last, 0, self.span_id,
+                              flat[1], flat[2], flat[4], flat[5], 0, 0)
+                return
+            per = j.PH_DEQUEUE_RANKS
+            i = 0
+            while i < len(flat):
+                base = flat[i]
+                times = [0] * (2 * per)
+                while i < len(flat) and 0 <= flat[i] - base < per:
+                    k = 2 * (flat[i] - base)
+                    times[k], times[k + 1] = flat[i + 1], flat[i + 2]
+                    i += 3
+                layout = last if i >= len(flat) else _PH_DEQUEUED
+                writer.append(_pack_times, _PHASES, _STATUS_OK, layout, base, self.span_id,
+                              *times)
+        except _JOURNAL_ERRORS:
+            pass
 
 
 class ServerSpan(Span):
@@ -259,14 +295,16 @@ class ServerSpan(Span):
             return
         self.ended = True
         done = _time_ns()
-        rec = self._rec
-        try:
-            message_id = rec._intern(self._message) if self._message else 0
-        except _JOURNAL_ERRORS:
+        writer = self._rec._writer
+        if writer is None:
             return
-        rec.append(_pack_times, _PHASES, self._status, j.PH_SERVED, message_id, self.span_id,
-                   self._waited, self._got, self._unpickled, self._executed or done,
-                   self._reply, done)
+        try:
+            message_id = self._rec._intern(self._message) if self._message else 0
+            writer.append(_pack_times, _PHASES, self._status, _PH_SERVED, message_id,
+                          self.span_id, self._waited, self._got, self._unpickled,
+                          self._executed or done, self._reply, done)
+        except _JOURNAL_ERRORS:
+            pass
 
 
 class NonRecordingSpan:

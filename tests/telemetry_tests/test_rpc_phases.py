@@ -130,7 +130,7 @@ def test_every_record_format_fits_a_slot_and_is_decoded() -> None:
     assert all(s.format.startswith("<BHI") for s in structs)  # flags, small, id: one head
     decoder = (TELEMETRY / "assemble.py").read_text()
     for name in ("SPAN_START", "SPAN_END", "ATTRIBUTE", "EVENT", "STRING", "THREAD", "PHASES",
-                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED"):
+                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED", "PH_DONE"):
         assert f"j.{name}" in decoder, name
     assert len(set(j.KINDS)) == len(j.KINDS) and 0 not in j.KINDS  # 0 marks an empty slot
 
@@ -144,3 +144,30 @@ def test_only_journal_append_writes_records() -> None:
             assert len(hits) == 3, hits  # JournalWriter.append, and close() counting slots
         else:
             assert not hits, (path.name, hits)
+
+
+def test_rpc_span_ends_with_its_last_dequeue_or_with_its_error(trace_dir: Path) -> None:
+    """TP=2 success: one PH_DONE record ends the span at the last reply read; an error
+    still writes the dequeues, then a classic end with the status."""
+    telemetry.configure_process("driver")
+    rec = telemetry.get_recorder()
+    ok = rec.start_client_span("rpc ok")
+    bad = rec.start_client_span("rpc bad")
+    assert isinstance(ok, ClientSpan) and isinstance(bad, ClientSpan)
+    for span in (ok, bad):
+        for rank in (0, 1):
+            span.dequeued(rank, time.time_ns())
+    ok.end()
+    bad.end("boom")
+    telemetry.shutdown()
+
+    names = _by_name(read_run(trace_dir))
+    (good,), (failed,) = names["rpc ok"], names["rpc bad"]
+    assert (good.status, failed.status, failed.status_message) == ("OK", "ERROR", "boom")
+    assert not good.truncated and not failed.truncated
+    for span in (good, failed):
+        kids = [names[f"executor.dequeue rank {r}"] for r in (0, 1)]
+        (last,) = [s for s in kids[1] if s.parent_span_id == span.span_id]
+        assert all(any(s.parent_span_id == span.span_id for s in k) for k in kids)
+        assert last.end_ns is not None and span.end_ns is not None
+        assert (last.end_ns == span.end_ns) if span is good else (last.end_ns <= span.end_ns)

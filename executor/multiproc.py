@@ -40,8 +40,9 @@ from typing import Any
 
 import telemetry
 from executor import failpoints, shm
+from executor.call_checks import check_call, from_main
 from executor.calls import PendingCall, ReplyCollector, RpcFuture
-from executor.config import MAX_TIMEOUT_S, ExecutorConfig
+from executor.config import ExecutorConfig
 from executor.errors import (
     ExecutorFailedError,
     ForeignProcessError,
@@ -323,28 +324,7 @@ class MultiprocExecutor:
         self, method: Any, timeout: float | None, args: Any, kwargs: Any, reply_rank: int | None,
         aggregator: Any,
     ) -> None:
-        if not (isinstance(method, str) or callable(method)):
-            raise TypeError(f"method must be a method name or a callable, got {type(method).__name__}")
-        if timeout is not None and not (
-            isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-            and 0 < timeout <= MAX_TIMEOUT_S
-        ):
-            raise ValueError(
-                f"timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:g} or None, "
-                f"got {timeout!r}"
-            )
-        if aggregator is not None and not callable(aggregator):
-            raise TypeError(f"aggregator must be callable or None, got {type(aggregator).__name__}")
-        if isinstance(args, (str, bytes, dict)) or not isinstance(args, Sequence):
-            raise TypeError(f"args must be a tuple or list, got {type(args).__name__}")
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise TypeError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
-        if reply_rank is not None and not (
-            isinstance(reply_rank, int) and 0 <= reply_rank < self.config.world_size
-        ):
-            raise ValueError(
-                f"unique_reply_rank must be a rank in 0..{self.config.world_size - 1}, got {reply_rank!r}"
-            )
+        check_call(method, timeout, args, kwargs, reply_rank, aggregator, self.config.world_size)
         self._raise_failure()
 
     def _submit(
@@ -379,7 +359,7 @@ class MultiprocExecutor:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
             return encode(REQUEST, ALL_RANKS if reply_rank is None else reply_rank,
-                          (method, args, kwargs, trace), _from_main(method))
+                          (method, args, kwargs, trace), from_main(method))
         except KeyboardInterrupt:
             if span is not None:
                 span.end(None)
@@ -530,11 +510,6 @@ class MultiprocExecutor:
             callbacks = list(self._callbacks)  # kept: a restarted executor reports its next failure too
         for callback in callbacks:
             _run_callback(callback)
-
-
-def _from_main(method: Any) -> bool:
-    """A callable defined in the caller's script: send it by value (see serialization)."""
-    return not isinstance(method, str) and getattr(method, "__module__", None) == "__main__"
 
 
 def _run_callback(callback: FailureCallback) -> None:

@@ -312,21 +312,8 @@ def _execute_name(method: Any) -> str:
     return name
 
 
-class _WorkerSpans:
-    """The worker's spans for one call when it is not traced: the calls of
-    ``telemetry.span.ServerSpan``, doing nothing; one shared instance serves every call."""
-
-    def executed(self, error: BaseException | None) -> None:
-        pass
-
-    def reply_start(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
-_NO_SPANS = _WorkerSpans()
+# An untraced call: the execute span's calls, doing nothing (one shared instance).
+_NO_SPANS = telemetry.NonRecordingSpan(0, 0)
 
 
 def leave_loop() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import zmq
 
-from executor.tcp_driver import DriverHub
+from executor.tcp_driver import DriverHub, poller_for
 from executor.tcp_wire import DATA, head_incarnation, parse_head, poll_ms, seal
 
 
@@ -51,10 +51,7 @@ class TcpReplies:
         }
         self._fds = list(interrupt_fds)
         self._on_interrupt = on_interrupt
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
-        for fd in self._fds:
-            self._poller.register(fd, zmq.POLLIN)
+        self._poller = poller_for(self._sock, self._fds)
 
     def reader(self, rank: int) -> TcpReplyReader:
         return TcpReplyReader(self, rank)

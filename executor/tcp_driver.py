@@ -89,6 +89,15 @@ class NodeConfig:
     nonce: bytes = b""
 
 
+def poller_for(sock: zmq.Socket, interrupt_fds: Sequence[int]) -> zmq.Poller:
+    """A poller on ``sock`` and on every interrupt fd (cancel or death pipe)."""
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    for fd in interrupt_fds:
+        poller.register(fd, zmq.POLLIN)
+    return poller
+
+
 def new_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
     """A socket that never drops (no high-water mark) and does not linger at close."""
     sock = ctx.socket(kind)

@@ -44,7 +44,7 @@ from executor.errors import AuthenticationError, CorruptMessageError
 from executor.process_setup import ExitState, prepare_process
 from executor.protocol import EXIT_PARENT_DIED, EXIT_STARTUP_FAILED, RemoteError
 from executor.stopping import stop_processes
-from executor.tcp_driver import NodeConfig, new_socket
+from executor.tcp_driver import NodeConfig, new_socket, poller_for
 from executor.tcp_wire import (
     BYE,
     CONFIG,
@@ -207,10 +207,7 @@ class LinkReader:
         self._sock = link.inbox
         self._fds = list(interrupt_fds)
         self._on_interrupt = on_interrupt
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
-        for fd in self._fds:
-            self._poller.register(fd, zmq.POLLIN)
+        self._poller = poller_for(self._sock, self._fds)
 
     def read(self, deadline: float | None, hold: bool = False) -> tuple[int, bytes] | None:
         """``hold`` is accepted for the protocol; a worker reads each request once."""

@@ -40,7 +40,7 @@ def test_tokens_oracle_catches_a_difference(tmp_path: Path) -> None:
     scenario = RecoveryScenario(name="k", **SMALL)  # type: ignore[arg-type]
     reference = reference_tokens(scenario, 1)
     run = _FaultedRun(scenario, 1)
-    run.execute()
+    run.execute(tmp_path / "nodes")
     wrong = {rid: [t + 1 for t in tokens] for rid, tokens in reference.items()}
     result = _judge(scenario, 1, tmp_path, run, wrong, [], 0.0)
     assert any(v.invariant == "tokens" for v in result.violations)

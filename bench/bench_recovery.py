@@ -2,7 +2,9 @@
 
     N seeded scenarios per policy: TP=2 (fork), 4 requests x 24 tokens, SIGKILL to a seeded
     rank after a seeded step (chaos.recovery) ─► per scenario: fault to first new token,
-    tokens recomputed, requests lost, tokens equal to the fault-free run's
+    tokens recomputed, requests lost, tokens equal to the fault-free run's, tokens/s of the
+    fault-free run on the same executor (baseline), from the fault to the first new token
+    (during) and from there to the end (after); the table gives their medians
     ─► a table on stdout and the "Recovery" section of bench/RESULTS.md (--write)
 
     python bench/bench_recovery.py [--n 100] [--write]
@@ -43,7 +45,19 @@ def measure(policy: str, n: int, out: Path) -> dict[str, float]:
         "p99_ms": percentile(latencies, 99) * 1e3 if latencies else float("nan"),
         "recomputed": statistics.mean(r.tokens_recomputed for r in results),
         "lost": sum(r.requests_lost for r in results), "requests": 4 * n,
+        "baseline": _median([r.baseline_tokens_per_s for r in results]),
+        "during": _median([r.during_tokens_per_s for r in results]),
+        "after": _median([r.after_tokens_per_s for r in results]),
     }
+
+
+def _median(rates: list[float | None]) -> float:
+    known = [x for x in rates if x is not None]
+    return statistics.median(known) if known else float("nan")
+
+
+def _rate(x: float) -> str:
+    return "—" if x != x else f"{x:.0f}"  # NaN: no such window (fail_stop)
 
 
 def main() -> None:
@@ -55,11 +69,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = {p: measure(p, args.n, Path(tmp)) for p in ("fail_stop", "restart")}
     header = ["policy", "scenarios ok", "recovered", "fault → first token p50 / p99",
-              "tokens recomputed (mean)", "requests lost"]
+              "tokens recomputed (mean)", "requests lost",
+              "tok/s baseline / during / after (median)"]
     body = markdown_table(header, [
         [p, f"{r['ok']}/{r['n']}", f"{r['recovered']}/{r['n']}",
          "—" if p == "fail_stop" else f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ms",
-         f"{r['recomputed']:.1f}", f"{r['lost']}/{r['requests']}"] for p, r in rows.items()])
+         f"{r['recomputed']:.1f}", f"{r['lost']}/{r['requests']}",
+         " / ".join(_rate(r[k]) for k in ("baseline", "during", "after"))]
+        for p, r in rows.items()])
     print(body)
     if args.write:
         write_section(RESULTS, "Recovery", NOTE.format(n=args.n) + "\n\n" + body + "\n")
@@ -72,7 +89,11 @@ old incarnation left).  "Fault → first token" runs from the signal to the firs
 after the restart: detection, stopping the old incarnation, starting the new one (fork,
 torch.distributed rendezvous) and replaying every request's steps to rebuild its KV cache.
 Under fail_stop every request in flight is lost; under restart none is, and the tokens are
-identical (the rebuild replays the original steps, so it computes the same numbers)."""
+identical (the rebuild replays the original steps, so it computes the same numbers).
+Throughput counts new tokens only (replayed ones are not): "baseline" is a fault-free run on
+the same executor just before the faulted one, "during" runs from the fault to the first
+new token after recovery (the tokens of the step that brings it count), "after" from there
+to the end; medians over the scenarios."""
 
 
 if __name__ == "__main__":

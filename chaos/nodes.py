@@ -5,6 +5,8 @@
                                      --node-rank k --secret-file DIR/secret  (log: DIR/node-k.log)
     executor_class(nodes.config) ─► each agent fetches the config, forks its node's workers
     tree_pids(k)                 ─► the agent and all its descendants (what KillNode hits)
+    kill_agent(k), start_agent(k) ─► SIGKILL node k's tree and reap its agent; a fresh agent
+                                    for node k rejoins the driver by HELLO (chaos.recovery)
     wait_exit(s) after shutdown  ─► a healthy node leaves by itself once the driver is gone
     close()                      ─► SIGKILL whatever is left, reap the agents: never an orphan
 
@@ -37,6 +39,7 @@ class RemoteNodes:
         self.config = cfg
         self.directory = directory
         self.agents: dict[int, subprocess.Popen[bytes]] = {}  # node -> agent
+        self.ended: list[int] = []  # pids of the agents (and their trees) kill_agent ended
 
     def start(self) -> None:
         if self.config.nnodes == 1:
@@ -54,7 +57,7 @@ class RemoteNodes:
     def _start_agent(self, node: int) -> subprocess.Popen[bytes]:
         cfg = self.config
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-        with open(self.directory / f"node-{node}.log", "wb") as log:
+        with open(self.directory / f"node-{node}.log", "ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "faultlab.cli", "worker", "--driver",
                  f"127.0.0.1:{cfg.driver_port}", "--node-rank", str(node),
@@ -74,6 +77,25 @@ class RemoteNodes:
             return [root.pid, *(p.pid for p in root.children(recursive=True))]
         except psutil.NoSuchProcess:
             return []
+
+    def kill_agent(self, node: int) -> list[int]:
+        """SIGKILL ``node``'s agent and every process below it, reap the agent; return (and
+        keep in ``ended``) the killed pids."""
+        if node not in self.agents:
+            raise ValueError(f"node {node} has no agent (nodes: {sorted(self.agents)})")
+        pids = self.tree_pids(node)
+        for pid in pids:
+            _kill(pid)
+        self.agents[node].wait()
+        self.ended += pids
+        return pids
+
+    def start_agent(self, node: int) -> None:
+        """A fresh agent for ``node`` (whose old one is gone): it rejoins the driver by HELLO."""
+        old = self.agents.get(node)
+        if old is None or old.poll() is None:
+            raise ValueError(f"node {node} has no agent that is gone to replace")
+        self.agents[node] = self._start_agent(node)
 
     def wait_exit(self, within_s: float) -> None:
         """Give every agent ``within_s`` to leave on its own (and reap it)."""

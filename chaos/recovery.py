@@ -2,15 +2,25 @@
 the ``restart`` policy finishes every request with the fault-free tokens.
 
     seed ─► fault step in [first, last] ─► fault-free reference (TP=1, same prompts, weights)
-    MultiprocExecutor(model) ─► LLMEngine(policy) ─ step ... step k: the fault ─► ... done
+    RemoteNodes (nnodes > 1: `faultlab worker` agents on loopback, chaos/nodes.py)
+    MultiprocExecutor(model) ─► baseline: a fault-free LLMEngine run (its tokens/s)
+                             ─► LLMEngine(policy) ─ step ... step k: the fault ─► ... done
     oracles: every request finished │ tokens == reference │ recovery within the bound │
              no rebuilt token differed │ nothing of an old incarnation (process, segment,
-             thread, fd) left after shutdown
+             thread, fd) left after shutdown, on any node
     ─► DIR/<scenario>/result.json and a row of the suite summary ("recovered" yes/no)
 
-Faults: ``kill`` (SIGKILL), ``sigterm``, ``hang`` (SIGSTOP, caught by the step timeout) and
-``corrupt`` (the rpc ring's chunk metadata overwritten: the queue reports the damage).  Under
-``fail_stop`` the expected outcome is the old one: the engine fails, naming the rank.
+Faults: ``kill`` (SIGKILL), ``sigterm``, ``hang`` (SIGSTOP, caught by the step timeout),
+``corrupt`` (the rpc ring's chunk metadata overwritten: the queue reports the damage) and
+``kill_node`` (nnodes > 1: SIGKILL the agent of ``rank``'s node and its workers; once the
+executor has failed a fresh agent starts and rejoins within ``node_timeout``).  With
+nnodes > 1, ``kill`` of a rank on node 1 kills that node's worker (its agent survives).
+Under ``fail_stop`` the expected outcome is the old one: the engine fails, naming the rank.
+
+Throughput (tokens/s, new tokens only, replayed ones not counted): ``baseline`` is the
+fault-free run on the same executor just before; ``during`` runs from the fault to the
+first new token after recovery (the tokens of the step that brings it count); ``after``
+from there to the end.  Under ``fail_stop`` there is no during or after.
 """
 
 from __future__ import annotations
@@ -28,16 +38,19 @@ from typing import TYPE_CHECKING, Any
 from chaos import resources
 from chaos.control import trace_fault
 from chaos.faults import PlanError
+from chaos.nodes import RemoteNodes
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
 
 if TYPE_CHECKING:
-    from executor import MultiprocExecutor
+    from executor import ExecutorConfig, MultiprocExecutor
 
-FAULTS = ("kill", "sigterm", "hang", "corrupt")
+FAULTS = ("kill", "sigterm", "hang", "corrupt", "kill_node")
 WORKER = "executor.model.worker:ModelWorker"
 _KEYS = {"name", "fault", "rank", "steps", "policy", "tp", "pp", "async_scheduling",
-         "requests", "max_tokens", "step_timeout", "recovery_bound_s"}
+         "requests", "max_tokens", "step_timeout", "recovery_bound_s", "nnodes", "node_timeout"}
+FAILED_WITHIN_S = 30.0  # kill_node: the executor notices the node's loss within this
+NODE_EXIT_S = 15.0  # after shutdown, an agent leaves by itself within this (else a leak)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +67,8 @@ class RecoveryScenario:
     max_tokens: int = 20
     step_timeout: float = 30.0  # a hang is caught by it: hang scenarios set ~1 s
     recovery_bound_s: float = 10.0  # detection to the first new token
+    nnodes: int = 1  # > 1: ranks spread over nodes, node k > 0 a `faultlab worker` agent
+    node_timeout: float = 10.0  # a silent remote worker or agent counts as gone after this
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> RecoveryScenario:
@@ -76,6 +91,12 @@ class RecoveryScenario:
         if not 0 <= self.rank < self.tp * self.pp:
             raise PlanError(f"{where}.rank: {self.rank} is not a rank of tp {self.tp} x pp "
                             f"{self.pp}")
+        if not isinstance(self.nnodes, int) or self.nnodes < 1 or (self.tp * self.pp) % self.nnodes:
+            raise PlanError(f"{where}.nnodes: must divide tp x pp ({self.tp * self.pp}), "
+                            f"got {self.nnodes!r}")
+        if self.fault == "kill_node" and self.rank * self.nnodes // (self.tp * self.pp) == 0:
+            raise PlanError(f"{where}.fault: kill_node needs nnodes > 1 and a rank off node 0, "
+                            f"got nnodes {self.nnodes}, rank {self.rank}")
         first, last = self.steps
         if not 1 <= first <= last < self.max_tokens:
             raise PlanError(f"{where}.steps: need 1 <= first <= last < max_tokens "
@@ -107,6 +128,9 @@ class RecoveryResult:
     tokens_recomputed: int = 0
     requests_lost: int = 0
     faults: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    baseline_tokens_per_s: float | None = None  # the fault-free run, same executor
+    during_tokens_per_s: float | None = None  # fault to the first new token
+    after_tokens_per_s: float | None = None  # first new token to the end
 
     @property
     def ok(self) -> bool:
@@ -153,7 +177,7 @@ def run_recovery(scenario: RecoveryScenario, seed: int, out: Path) -> RecoveryRe
     reference = reference_tokens(scenario, seed)
     before = resources.snapshot()
     run = _FaultedRun(scenario, seed)
-    run.execute()
+    run.execute(out / "nodes")
     leaks = resources.leaks(before, run.all_pids, os.getpid(), (str(out),))
     result = _judge(scenario, seed, out, run, reference, leaks, time.monotonic() - t0)
     (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
@@ -173,38 +197,81 @@ class _FaultedRun:
         self.fault_at: float | None = None
         self.engine: Any = None
         self.engine_error = ""
+        self.baseline: dict[str, list[int]] = {}
+        self.marks: dict[str, tuple[float, int]] = {}  # fault/first/end -> (time, new tokens)
+        self.nodes: RemoteNodes | None = None
 
-    def execute(self) -> None:
-        from executor import ExecutorConfig, MultiprocExecutor
+    def config(self) -> ExecutorConfig:
+        from executor import ExecutorConfig
+
+        s = self.scenario
+        return ExecutorConfig(worker=WORKER, tensor_parallel_size=s.tp, pipeline_parallel_size=s.pp,
+                              start_method="fork", async_scheduling=s.async_scheduling,
+                              nnodes=s.nnodes, node_timeout=s.node_timeout,
+                              heartbeat_interval=min(0.2, s.node_timeout / 4),
+                              worker_kwargs={"seed": self.seed, "collective_timeout_s": 30})
+
+    def execute(self, nodes_dir: Path) -> None:
+        from executor import MultiprocExecutor
+
+        with RemoteNodes(self.config(), nodes_dir) as nodes:
+            self.nodes = nodes
+            nodes.start()
+            with MultiprocExecutor(nodes.config) as ex:
+                self._run(ex)
+            nodes.wait_exit(NODE_EXIT_S)
+            self.all_pids += nodes.ended
+            self.old_alive += [f"pid {p} on node {k} is alive after shutdown"
+                               for k in nodes.agents for p in nodes.tree_pids(k)]
+
+    def _run(self, ex: MultiprocExecutor) -> None:
         from faultlab.engine import EngineFailedError, LLMEngine
         from faultlab.recovery import RecoveryPolicy
 
         s = self.scenario
-        cfg = ExecutorConfig(worker=WORKER, tensor_parallel_size=s.tp, pipeline_parallel_size=s.pp,
-                             start_method="fork", async_scheduling=s.async_scheduling,
-                             worker_kwargs={"seed": self.seed, "collective_timeout_s": 30})
-        with MultiprocExecutor(cfg) as ex:
-            self.all_pids += ex.worker_pids
-            self.engine = LLMEngine(ex, step_timeout=s.step_timeout,
-                                    recovery=RecoveryPolicy(s.policy))
-            futures = {rid: self.engine.add_request(rid, p, s.max_tokens)
-                       for rid, p in prompts_for(s, self.seed).items()}
-            try:
-                self._loop(ex)
-            except EngineFailedError as exc:
-                self.engine_error = str(exc)
-            self._collect(futures)
-            self.all_pids += [p for p in ex.worker_pids if p not in self.all_pids]
-            self.old_alive = [f"pid {p} of an old incarnation is {state}"
-                              for p in self.all_pids if p not in ex.worker_pids
-                              and (state := resources.process_state(p)) == "alive"]
+        self.all_pids += ex.worker_pids
+        prompts = prompts_for(s, self.seed)
+        started = time.perf_counter()
+        baseline = LLMEngine(ex, step_timeout=s.step_timeout)
+        self.baseline = baseline.generate(prompts, s.max_tokens)
+        self.marks["baseline"] = (time.perf_counter() - started, baseline.stats.generated_tokens)
+        self.engine = LLMEngine(ex, step_timeout=s.step_timeout, recovery=RecoveryPolicy(s.policy))
+        futures = {rid: self.engine.add_request(rid, p, s.max_tokens) for rid, p in prompts.items()}
+        try:
+            self._loop(ex)
+        except EngineFailedError as exc:
+            self.engine_error = str(exc)
+        self._collect(futures)
+        self.all_pids += [p for p in ex.worker_pids if p not in self.all_pids]
+        self.old_alive = [f"pid {p} of an old incarnation is {state}"
+                          for p in self.all_pids if p not in ex.worker_pids
+                          and (state := resources.process_state(p)) == "alive"]
 
     def _loop(self, ex: MultiprocExecutor) -> None:
         while self.engine.has_unfinished():
             self.engine.step()
+            self._mark_first_token()
             if self.fault_at is None and self.engine.stats.steps >= self.step:
                 self.fault_at = time.perf_counter()
-                inject(ex, self.scenario.fault, self.scenario.rank)
+                self.marks["fault"] = (self.fault_at, self.engine.stats.generated_tokens)
+                inject(ex, self.scenario.fault, self.scenario.rank, nodes=self.nodes)
+        self.marks["end"] = (time.perf_counter(), self.engine.stats.generated_tokens)
+
+    def _mark_first_token(self) -> None:
+        records = self.engine.recovery.records if self.engine.recovery is not None else []
+        if "first" not in self.marks and records and records[0].first_token_at is not None:
+            self.marks["first"] = (records[0].first_token_at, self.engine.stats.generated_tokens)
+
+    def throughput(self) -> tuple[float | None, float | None, float | None]:
+        """Tokens/s: the fault-free baseline, during recovery, after it (module docstring)."""
+        def rate(a: str, b: str) -> float | None:
+            if a not in self.marks or b not in self.marks:
+                return None
+            (t0, n0), (t1, n1) = self.marks[a], self.marks[b]
+            return (n1 - n0) / max(t1 - t0, 1e-9)
+
+        seconds, tokens = self.marks.get("baseline", (0.0, 0))
+        return tokens / max(seconds, 1e-9), rate("fault", "first"), rate("first", "end")
 
     def _collect(self, futures: dict[str, Any]) -> None:
         for rid, future in futures.items():
@@ -229,23 +296,39 @@ def _damage_next_request() -> None:
 
 
 _KINDS = {"kill": "kill_worker", "sigterm": "term_worker", "hang": "hang_worker",
-          "corrupt": "corrupt_queue"}
+          "corrupt": "corrupt_queue", "kill_node": "kill_node"}
 
 
-def inject(ex: MultiprocExecutor, fault: str, rank: int, seed: int | None = None) -> None:
-    """Hit worker ``rank`` of ``ex`` (or its rpc queue) with ``fault``, from the driver; the
-    fault is a ``chaos.fault`` span first, so the trace links recovery to it."""
+def inject(ex: MultiprocExecutor, fault: str, rank: int, seed: int | None = None,
+           nodes: RemoteNodes | None = None) -> None:
+    """Hit worker ``rank`` of ``ex`` (or its rpc queue, or its node) with ``fault``, from the
+    driver; the fault is a ``chaos.fault`` span first, so the trace links recovery to it."""
     pid = ex.worker_pids[rank]
     record: dict[str, Any] = {"kind": _KINDS[fault], "rank": rank, "pid": pid,
                               "phase": "before_publish" if fault == "corrupt" else "signal"}
     if fault == "corrupt":
         record["mode"] = "all_ff"
     trace_fault(record, seed)
+    if fault == "kill_node":
+        _replace_node(ex, ex.config.node_of(rank), nodes)
+        return
     if fault == "corrupt":
         _damage_next_request()
         return
     sig = {"kill": signal.SIGKILL, "sigterm": signal.SIGTERM, "hang": signal.SIGSTOP}[fault]
     os.kill(pid, sig)
+
+
+def _replace_node(ex: MultiprocExecutor, node: int, nodes: RemoteNodes | None) -> None:
+    """SIGKILL ``node``'s agent and workers; once the executor has failed (so the fresh agent's
+    HELLO waits for the next incarnation), start a fresh agent that rejoins it."""
+    if nodes is None or node not in nodes.agents:
+        raise ValueError(f"kill_node: node {node} has no agent to kill (nnodes > 1 needed)")
+    nodes.kill_agent(node)
+    deadline = time.monotonic() + FAILED_WITHIN_S
+    while not ex.is_failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    nodes.start_agent(node)
 
 
 def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
@@ -259,7 +342,8 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
         s.name, seed, [], out, Outcome.RECOVER if s.policy == "restart" else Outcome.FAIL_FAST,
         Outcome.RECOVER if recovered else Outcome.FAIL_FAST if run.errors else None, wall_s,
         run.step, recovered, latency, sum(r.tokens_recomputed for r in records),
-        len(run.errors), [{"kind": s.fault, "rank": s.rank, "step": run.step}])
+        len(run.errors), [{"kind": s.fault, "rank": s.rank, "step": run.step}],
+        *run.throughput())
     result.violations = _oracles(s, run, reference, leaks, result, recovery)
     return result
 
@@ -267,6 +351,8 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
 def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[int]],
              leaks: list[str], result: RecoveryResult, recovery: Any) -> list[Violation]:
     v = [Violation("leak", p) for p in leaks + run.old_alive]
+    if run.baseline and run.baseline != reference:
+        v.append(Violation("tokens", "the fault-free run in this layout differs from TP=1's"))
     if run.fault_at is None:
         v.append(Violation("fault", f"the run ended before step {run.step}: no fault hit"))
     if s.policy == "fail_stop":

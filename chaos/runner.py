@@ -67,6 +67,7 @@ def summary_row(r: AnyResult) -> dict[str, Any]:
             "expected": r.expected and r.expected.value,
             "outcome": r.outcome and r.outcome.value, "faults": len(r.faults),
             "detection_latency_s": r.detection_latency_s, "wall_s": round(r.wall_s, 3),
+            "tokens_per_s": _throughput(r),
             "violations": [str(v) for v in r.violations]}
 
 
@@ -77,16 +78,24 @@ def _recovered(r: AnyResult) -> str:
     return "yes" if r.recovered else "no"
 
 
+def _throughput(r: AnyResult) -> str:
+    """The "tok/s base/during/after" column: recovery scenarios only ("-" for a missing one)."""
+    if not isinstance(r, RecoveryResult):
+        return "-"
+    rates = (r.baseline_tokens_per_s, r.during_tokens_per_s, r.after_tokens_per_s)
+    return "/".join("-" if x is None else f"{x:.0f}" for x in rates)
+
+
 def print_summary(results: list[AnyResult], stream: TextIO = sys.stdout) -> None:
     width = max([len(r.name) for r in results] + [8])
     stream.write(f"{'scenario':<{width}}  {'result':6}  {'expected':13}  {'observed':13}  "
-                 f"{'detect ms':>9}  {'wall s':>6}  recovered\n")
+                 f"{'detect ms':>9}  {'wall s':>6}  recovered  tok/s base/during/after\n")
     for r in results:
         latency = "" if r.detection_latency_s is None else f"{r.detection_latency_s * 1e3:.1f}"
         stream.write(f"{r.name:<{width}}  {'ok' if r.ok else 'FAIL':6}  "
                      f"{(r.expected and r.expected.value) or '-':13}  "
                      f"{(r.outcome and r.outcome.value) or '-':13}  {latency:>9}  {r.wall_s:6.2f}"
-                     f"  {_recovered(r)}\n")
+                     f"  {_recovered(r):9}  {_throughput(r)}\n")
         for v in r.violations:
             stream.write(f"    {v}\n")
     failed = sum(not r.ok for r in results)

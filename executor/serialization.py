@@ -42,7 +42,7 @@ import cloudpickle
 
 _HEAD = struct.Struct("<BiIQ")  # kind, reply rank (-1: all), out-of-band buffer count, pickle length
 _LEN = struct.Struct("<Q")
-_SMALL = 64 << 10  # smaller buffers stay in-band: a part per buffer costs more than a copy
+_SMALL = 256 << 10  # smaller buffers stay in-band: measured cheaper (64 KiB echo 105 -> 52 µs)
 _WHOLE_BYTES = 1 << 63  # set in a buffer's length: the buffer is a whole ``bytes`` value
 
 

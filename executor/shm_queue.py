@@ -76,7 +76,7 @@ from executor.shm_ring import U64 as _U64
 from executor.shm_ring import digest as _digest
 from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fence, ring
 
-_SPLIT_MIN = 64 << 10  # a one-chunk message this long goes through the reader's layout
+_SPLIT_MIN = 256 << 10  # a one-chunk message this long goes through the reader's layout (as _SMALL)
 _CHECK_S = 0.1  # a waiting writer looks for damaged read flags this often
 _RELIEVE_S = (0.001, 0.05)  # a relieving writer's first and longest wait between reliefs
 

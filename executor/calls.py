@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
+from types import TracebackType
 from typing import Any
 
 from executor import failpoints
@@ -180,6 +181,15 @@ class ReplyCollector:
 
     def _drain(self, wanted: Callable[[], bool], limit: float) -> None:
         """Collect pending calls in order while ``wanted()``; the caller holds ``lock``."""
+        try:
+            self._drain_locked(wanted, limit)
+        except KeyboardInterrupt as exc:
+            # The interrupted frames would keep views of the shared-memory rings alive (the
+            # caller may keep the exception): the rings could then never be unmapped.
+            _drop_locals(exc.__traceback__)
+            raise
+
+    def _drain_locked(self, wanted: Callable[[], bool], limit: float) -> None:
         try:
             failure = self._failure()
             if failure is not None:  # the queues may already be closed: never touch them
@@ -352,6 +362,18 @@ class ReplyCollector:
                 return
             assert call.future is not None
             settle(call.future, result=call.value, error=call.error)
+
+
+def _drop_locals(tb: TracebackType | None) -> None:
+    """Clear the locals of every finished frame below the first in ``tb`` (the traceback
+    still shows where it happened)."""
+    tb = tb.tb_next if tb is not None else None
+    while tb is not None:
+        try:
+            tb.tb_frame.clear()
+        except RuntimeError:  # still executing: not ours to clear
+            pass
+        tb = tb.tb_next
 
 
 def _worker_error(rank: int, method: str, remote: RemoteError) -> WorkerError:

@@ -90,18 +90,9 @@ class PipeEcho:
     """Duplex Pipes to 2 forked processes; bytes travel raw, other values pickled."""
 
     def __init__(self, n: int = 2) -> None:
-        import multiprocessing as mp
+        from _stats import fork_pipe_peers
 
-        ctx = mp.get_context("fork")
-        self.conns: list[Connection] = []
-        self.procs = []
-        for _ in range(n):
-            mine, theirs = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_pipe_echo_child, args=(theirs,), daemon=True)
-            proc.start()
-            theirs.close()
-            self.conns.append(mine)
-            self.procs.append(proc)
+        self.conns, self.procs = fork_pipe_peers(_pipe_echo_child, n)
 
     def echo(self, x: Any) -> list[Any]:
         frame = b"B" + x if type(x) is bytes else b"P" + pickle.dumps(x, protocol=5)

@@ -1,4 +1,5 @@
-"""Small helpers shared by the bench scripts: percentiles, machine facts, RESULTS.md sections.
+"""Small helpers shared by the bench scripts: percentiles, machine facts, RESULTS.md sections,
+and the forked Pipe peers that serve as baselines.
 
     samples (seconds) ──► Summary(p50, p99, mean, max, n) ──► table rows ──► print / markdown
                                                                           └─► write_section()
@@ -19,6 +20,7 @@ import platform
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -122,3 +124,20 @@ def write_section(path: str | os.PathLike[str], title: str, body: str) -> None:
             f.write(replace_section(text, title, body))
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def fork_pipe_peers(target: Any, n: int = 2) -> tuple[list[Any], list[Any]]:
+    """``n`` forked processes each running ``target(conn)`` at the far end of a duplex Pipe;
+    returns our ends and the processes (the Pipe baseline of several benches)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    conns, procs = [], []
+    for _ in range(n):
+        mine, theirs = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=target, args=(theirs,), daemon=True)
+        proc.start()
+        theirs.close()
+        conns.append(mine)
+        procs.append(proc)
+    return conns, procs

@@ -56,6 +56,7 @@ from _stats import (  # noqa: E402
     Summary,
     fmt_ratio,
     fmt_time,
+    fork_pipe_peers,
     machine,
     markdown_table,
     text_table,
@@ -130,16 +131,7 @@ class PipeWorkers:
     """Two processes at the far end of duplex Pipes: send to both, then receive from both."""
 
     def __init__(self, n: int = 2) -> None:
-        ctx = mp.get_context("fork")
-        self.conns: list[Connection] = []
-        self.procs: list[Any] = []
-        for _ in range(n):
-            mine, theirs = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_pipe_child, args=(theirs,), daemon=True)
-            proc.start()
-            theirs.close()
-            self.conns.append(mine)
-            self.procs.append(proc)
+        self.conns, self.procs = fork_pipe_peers(_pipe_child, n)
 
     def call(self, cmd: str, arg: Any) -> list[Any]:
         for c in self.conns:

@@ -354,12 +354,15 @@ class MultiprocExecutor:
         self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
         reply_rank: int | None, span: RpcSpanLike | None,
     ) -> list[Any]:
-        trace = telemetry.SpanContext.to_wire(span.context) if span is not None else None
         try:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
-            return encode(REQUEST, ALL_RANKS if reply_rank is None else reply_rank,
-                          (method, args, kwargs, trace), from_main(method))
+            rank = ALL_RANKS if reply_rank is None else reply_rank
+            if span is None:
+                return encode(REQUEST, rank, (method, args, kwargs), from_main(method))
+            # The span's context rides in the frame header (sent only for a sampled span).
+            return encode(REQUEST, rank, (method, args, kwargs), from_main(method),
+                          span.trace_id, span.span_id, telemetry.FLAG_SAMPLED)
         except KeyboardInterrupt:
             if span is not None:
                 span.end(None)
@@ -410,7 +413,7 @@ class MultiprocExecutor:
             name = f"rpc {call.method}"
             if len(_RPC_NAMES) < 1000:
                 _RPC_NAMES[call.method] = name
-        return self._rec.start_client_span(name, parent)
+        return self._rec.start_client_span(name, parent, call.rpc_id)
 
     @staticmethod
     def _describe_rpc(call: PendingCall, span: RpcSpanLike, start_ns: int, size: int) -> None:

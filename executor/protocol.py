@@ -4,8 +4,9 @@
     worker ── REPLY_OK / REPLY_ERROR (msg_id = the same rpc id) ──► its reply queue ──► driver
     worker ── FATAL (msg_id 0): the worker's queue is damaged; it exits with EXIT_QUEUE_CORRUPTED
 
-A request is ``(method, args, kwargs, trace)``: ``method`` is a name or a callable, ``trace``
-the W3C-style context tuple of the driver's RPC span (or None).  A REPLY_OK carries the
+A request is ``(method, args, kwargs)``: ``method`` is a name or a callable; the context of
+the driver's RPC span, when traced, rides in the frame header (``serialization.trace_context``).
+A REPLY_OK carries the
 value; REPLY_ERROR and FATAL carry a ``RemoteError``.  Every reply echoes its request's id,
 so the driver can drop a reply whose call already timed out.
 """

@@ -64,6 +64,9 @@ class RpcSpanLike(SpanLike, Protocol):
     """The driver's span of one RPC (``telemetry.span.ClientSpan``): its phases are written
     as compact records, expanded into the enqueue and dequeue spans when a run is read."""
 
+    trace_id: int
+    span_id: int
+
     def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
              timeout: float | None, reply_rank: int | None) -> None: ...
 

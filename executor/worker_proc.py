@@ -48,7 +48,7 @@ from executor.protocol import (
     RemoteError,
     method_name,
 )
-from executor.serialization import decode, encode, peek
+from executor.serialization import decode, encode, peek, trace_context
 from executor.shm import SegmentFd
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.transport import MessageReader, MessageWriter
@@ -200,18 +200,19 @@ class WorkerProc:
         try:
             if failpoints.ACTIVE:
                 failpoints.fire("worker.before_unpickle", rank=self.rank, msg_id=msg_id)
-            method, args, kwargs, trace = decode(frame)
+            method, args, kwargs = decode(frame)
         except BaseException as exc:  # noqa: BLE001 - a bad request must not end the worker
             self._reraise_if_terminating(exc)
             if must_reply:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
         spans: Any = _NO_SPANS
-        if self.rec.enabled and trace is not None:
+        if self.rec.enabled and (trace := trace_context(frame)) is not None:
             # The execute span (telemetry.span.ServerSpan): its start record now, so a
             # worker that dies in its method or before its reply is out leaves it open,
             # truncated; one record once the reply is out ends it and carries the dequeue
             # and reply-enqueue times (worker.dequeue / worker.reply_enqueue when read).
+            # A method that returns ends the span when its reply starts (or at finish).
             # Rank and pid are the journal's, the rpc id is the parent's.
             name = _EXECUTE_NAMES.get(method) if type(method) is str else None
             if name is None:
@@ -241,7 +242,6 @@ class WorkerProc:
             self._reraise_if_terminating(exc)
             spans.executed(exc)
             return REPLY_ERROR, RemoteError.capture(exc)
-        spans.executed(None)
         return REPLY_OK, result
 
     def _reraise_if_terminating(self, exc: BaseException) -> None:

@@ -47,7 +47,7 @@ from telemetry.recorder import (
     shutdown,
     tracing_env,
 )
-from telemetry.span import NonRecordingSpan, Span, SpanContext
+from telemetry.span import FLAG_SAMPLED, NonRecordingSpan, Span, SpanContext
 
 if TYPE_CHECKING:
     from os import PathLike
@@ -81,6 +81,7 @@ def __getattr__(name: str) -> Any:
 _PLOTTING = ("plot_timeline", "detection_latencies", "fault_detections")
 
 __all__ = [
+    "FLAG_SAMPLED",
     "NonRecordingSpan",
     "Recorder",
     "Span",

@@ -17,7 +17,7 @@ Invariants:
 - PHASES records (``telemetry.span``: one per RPC phase group) expand into the spans they
   stand for, finished at once, with ids derived from the RPC (or execute) span's id, so
   reading a run twice gives the same ids.  A ``PH_SERVED`` record is the execute span's end,
-  a ``PH_DONE`` one the RPC span's.
+  a ``PH_DONE`` or ``PH_CALL`` one the RPC span's.
 """
 
 from __future__ import annotations
@@ -145,15 +145,20 @@ class JournalDecoder:
         return self.strings.get(sid, f"<string {sid}>") if sid else ""
 
     def _on_start(self, raw: bytes) -> None:
-        _, _, name_id, hi, lo, span_id, parent, start, tid = j.SPAN_START_S.unpack_from(raw, 1)
+        flags, _, name_id, hi, lo, span_id, parent, start, tid = j.SPAN_START_S.unpack_from(raw, 1)
         self.last_time_ns = max(self.last_time_ns, start)
-        self._open[span_id] = RecordedSpan(
+        rpc_id = None
+        if flags & j.FLAG_RPC:
+            rpc_id, tid = tid >> j.TID_BITS, tid & ((1 << j.TID_BITS) - 1)
+        span = self._open[span_id] = RecordedSpan(
             name=self.string(name_id), trace_id=(hi << 64) | lo, span_id=span_id,
             parent_span_id=parent, start_ns=start, tid=tid, process=self.process,
             thread_name=self.threads.get(tid, ""),
             # A parent in this process is still open when its child starts (spans nest).
             parent_remote=bool(parent) and parent not in self._open,
         )
+        if rpc_id is not None:
+            _rpc_attributes(span, 0, rpc_id, None)
 
     def _on_end(self, raw: bytes) -> None:
         status, flags, message_id, span_id, end = j.SPAN_END_S.unpack_from(raw, 1)
@@ -221,6 +226,8 @@ class JournalDecoder:
             self._on_dequeued(raw, layout == j.PH_DONE)
         elif layout == j.PH_SERVED:
             self._on_served(raw)
+        elif layout == j.PH_CALL:
+            self._on_call(raw)
 
     def _on_sent(self, raw: bytes) -> None:
         """The driver sent the request: the enqueue span, the RPC span's attributes."""
@@ -229,18 +236,32 @@ class JournalDecoder:
         span = self._open.get(span_id)
         if span is None:
             return
-        attrs = span.attributes
-        attrs.update({
-            "rpc.system.name": "faultlab", "rpc.method": span.name.removeprefix("rpc "),
-            "span.kind": "client", "faultlab.rpc_id": rpc_id,
-            "faultlab.non_block": bool(flags & j.PH_NON_BLOCK),
-            "messaging.message.body.size": size,
-        })
+        attrs = _rpc_attributes(span, flags, rpc_id, size)
         if flags & j.PH_TIMEOUT:
             attrs["faultlab.timeout_s"] = timeout
         if flags & j.PH_REPLY_RANK:
             attrs["faultlab.reply_rank"] = reply_rank
         self._child(span, ENQUEUE, 1, start, end)
+
+    def _on_call(self, raw: bytes) -> None:
+        """A plain successful call in one record: enqueue and dequeue spans, attributes,
+        and the RPC span's end (its last reply read)."""
+        flags, _, size, span_id, rpc_id, start, d_enq, s0, d0, s1, d1 = \
+            j.PH_CALL_S.unpack_from(raw, 1)
+        span = self._open.pop(span_id, None)
+        if span is None:
+            return
+        _rpc_attributes(span, flags, rpc_id, size)
+        self._child(span, ENQUEUE, 1, start, start + d_enq)
+        ends = [start + d_enq]
+        for rank, (begin, took) in enumerate(((s0, d0), (s1, d1))):
+            if begin:
+                self._child(span, dequeue_name(rank), 2 + rank, begin, begin + took)
+                ends.append(begin + took)
+        span.end_ns, span.status = max(ends), "OK"
+        self.last_time_ns = max(self.last_time_ns, span.end_ns)
+        span.last_seen_ns = self.last_time_ns
+        self._finished.append(span)
 
     def _on_dequeued(self, raw: bytes, done: bool) -> None:
         """The driver read replies: a dequeue span per rank; ``PH_DONE`` also ends the RPC
@@ -360,6 +381,22 @@ class JournalTail:
         for slot in slots:
             self.decoder.feed(data[slot * j.RECORD_SIZE : (slot + 1) * j.RECORD_SIZE])
         return count
+
+
+def _rpc_attributes(
+    span: RecordedSpan, flags: int, rpc_id: int, size: int | None,
+) -> dict[str, Any]:
+    """The attributes a driver's RPC span gets from its start record (``size`` None) or
+    its PHASES record; its dict."""
+    attrs = span.attributes
+    attrs.update({
+        "rpc.system.name": "faultlab", "rpc.method": span.name.removeprefix("rpc "),
+        "span.kind": "client", "faultlab.rpc_id": rpc_id,
+    })
+    if size is not None:
+        attrs["faultlab.non_block"] = bool(flags & j.PH_NON_BLOCK)
+        attrs["messaging.message.body.size"] = size
+    return attrs
 
 
 def derived_span_id(span_id: int, k: int) -> int:

@@ -108,6 +108,10 @@ KINDS = (SPAN_START, SPAN_END, ATTRIBUTE, EVENT, STRING, THREAD, PHASES)
 
 # SPAN_END flags (SPAN_START writes no flags: only sampled spans are written at all).
 FLAG_POINT = 0x02  # a zero-length span written by Recorder.event()
+# SPAN_START flag: an RPC span; its last field is rpc id << TID_BITS | thread id, so the rpc
+# id is known even when the driver dies before the call ends.
+FLAG_RPC = 0x04
+TID_BITS = 24  # Linux thread ids are below 2**22 (PID_MAX_LIMIT)
 
 # SPAN_END status codes (OpenTelemetry StatusCode values).
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
@@ -143,6 +147,13 @@ PH_TIMES_S = struct.Struct(_HEAD + "Q6Q")  # span, six times (ns); unused ones a
 PH_DEQUEUE_RANKS = 3
 PH_DONE = 4  # driver, last replies read: as PH_DEQUEUED, and ENDS the span (flags = status)
 #              at its latest time: a successful RPC costs no SPAN_END record
+PH_CALL = 5  # driver, a successful call to at most 2 ranks without timeout or reply rank: all
+#              of PH_SENT, PH_DONE in one record, written when the last reply was read; ENDS
+#              the span (status OK) at the last dequeue's end.  flags = PH_NON_BLOCK, id =
+#              body size (capped at 2**32 - 1); span, rpc id, then (start, duration) of the
+#              enqueue and of the dequeues of ranks 0 and 1 (start 0: none)
+PH_CALL_S = struct.Struct(_HEAD + "QQQIQIQI")
+MAX_PH_DURATION = (1 << 32) - 1  # ns; a longer phase makes the call use the other layouts
 # PH_SERVED times: queue wait start, message in hand, unpickled, executed (the span's end),
 # reply start (0: no reply), reply written.
 

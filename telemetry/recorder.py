@@ -71,6 +71,8 @@ _TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
 # lookup.  Writing itself is JournalWriter.append, the one record-writing function.
 _SPAN_START, _SPAN_END, _ATTRIBUTE = j.SPAN_START, j.SPAN_END, j.ATTRIBUTE
 _OWNER_SPAN, _VT_STR, _VT_INT = j.OWNER_SPAN, j.VT_STR, j.VT_INT
+_FLAG_RPC, _TID_BITS, _TID_LIMIT = j.FLAG_RPC, j.TID_BITS, 1 << j.TID_BITS
+_RPC_LIMIT = 1 << (64 - j.TID_BITS)
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 _VT_BOOL, _VT_FLOAT = j.VT_BOOL, j.VT_FLOAT
 _MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
@@ -117,10 +119,11 @@ class Recorder:
         return span
 
     def start_client_span(
-        self, name: str, parent: SpanContext | None = None,
+        self, name: str, parent: SpanContext | None = None, rpc_id: int = -1,
     ) -> ClientSpan | NonRecordingSpan:
-        """An RPC's driver span; its enqueue and dequeue spans cost no records of their own."""
-        return self._start(ClientSpan, name, parent, None)
+        """An RPC's driver span; its enqueue and dequeue spans cost no records of their own.
+        Its start record carries ``rpc_id`` (when given), known even if the call never ends."""
+        return self._start(ClientSpan, name, parent, None, rpc_id)
 
     def start_server_span(
         self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,
@@ -139,21 +142,23 @@ class Recorder:
 
     def _start(
         self, cls: type[_S], name: str, parent: SpanContext | None, start_ns: int | None,
+        rpc_id: int = -1,
     ) -> _S | NonRecordingSpan:
         """Sample, and if sampled write the SPAN_START record of a ``cls`` span."""
         if parent is None:
             trace_id = self._bits(128) or 1
             return self._start_ids(cls, name, trace_id, 0, (trace_id & _M64) < self._root_bound,
-                                   start_ns)
+                                   start_ns, rpc_id)
         trace_id = parent.trace_id
         sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
-        return self._start_ids(cls, name, trace_id, parent.span_id, sampled, start_ns)
+        return self._start_ids(cls, name, trace_id, parent.span_id, sampled, start_ns, rpc_id)
 
     def _start_ids(
         self, cls: type[_S], name: str, trace_id: int, parent_id: int, sampled: bool,
-        start_ns: int | None,
+        start_ns: int | None, rpc_id: int = -1,
     ) -> _S | NonRecordingSpan:
-        """``_start`` once the trace, the parent (0: none) and sampling are decided."""
+        """``_start`` once the trace, the parent (0: none) and sampling are decided; an
+        ``rpc_id`` (not -1) shares the thread id's field (journal.FLAG_RPC)."""
         span_id = self._bits(64) or 1
         if not sampled:
             return NonRecordingSpan(trace_id, span_id)
@@ -168,7 +173,10 @@ class Recorder:
             except AttributeError:  # this thread's first span in this journal
                 tid = self._register_thread()
             name_id = self._strings.get(name) or self._intern(name)
-            writer.append(_pack_start, _SPAN_START, 0, 0, name_id, trace_id >> 64,
+            flags = 0
+            if 0 <= rpc_id < _RPC_LIMIT and tid < _TID_LIMIT:
+                flags, tid = _FLAG_RPC, rpc_id << _TID_BITS | tid
+            writer.append(_pack_start, _SPAN_START, flags, 0, name_id, trace_id >> 64,
                           trace_id & _M64, span_id, parent_id,
                           _time_ns() if start_ns is None else start_ns, tid)
         except _JOURNAL_ERRORS:  # journal closed by shutdown()

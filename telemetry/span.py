@@ -8,9 +8,10 @@ Data flow::
     Recorder.start_server_span ──► ServerSpan   (its execution in a worker)
     span.context ──► SpanContext.to_wire ──► (trace_id, span_id, flags) ──► from_wire
 
-An RPC's child spans are not written as spans: ``ClientSpan`` writes one PHASES record when
-the request is out (enqueue times and the RPC's attributes) and one per three ranks at its
-end (dequeue times; on success the last one, ``PH_DONE``, also ends the span);
+An RPC's child spans are not written as spans: ``ClientSpan`` writes its PHASES records
+when it ends (enqueue times, the RPC's attributes, dequeue times): one ``PH_CALL`` for a plain
+successful call to one or two ranks (which also ends the span), else ``PH_SENT`` and one
+record per three ranks, the last of a successful call ``PH_DONE`` (which ends it);
 ``ServerSpan`` writes one PHASES record after the reply (dequeue,
 execute end, reply times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
 ``WORKER_DEQUEUE`` and ``REPLY_ENQUEUE`` spans, with the attributes and kinds a span of
@@ -47,8 +48,11 @@ _STATUS_OK, _SPAN_END, _PHASES = j.STATUS_OK, j.SPAN_END, j.PHASES
 _pack_end = j.SPAN_END_S.pack_into
 _pack_sent = j.PH_SENT_S.pack_into
 _pack_times = j.PH_TIMES_S.pack_into
+_pack_call = j.PH_CALL_S.pack_into
+_MAX_PH = j.MAX_PH_DURATION
 _time_ns = time.time_ns
 _PH_SENT, _PH_DEQUEUED, _PH_SERVED, _PH_DONE = j.PH_SENT, j.PH_DEQUEUED, j.PH_SERVED, j.PH_DONE
+_PH_CALL = j.PH_CALL
 _PH_NON_BLOCK, _PH_TIMEOUT, _PH_REPLY_RANK = j.PH_NON_BLOCK, j.PH_TIMEOUT, j.PH_REPLY_RANK
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 
@@ -179,36 +183,24 @@ class Span:
 
 class ClientSpan(Span):
     """An RPC's span in the driver.  Its enqueue and per-rank dequeue spans are PHASES
-    records: ``sent`` writes one, ``dequeued`` only remembers the times, ``end`` writes them
-    (one record per three ranks) before the span's end record."""
+    records written when it ends: ``sent`` and ``dequeued`` only remember the times.  A
+    successful call to at most two ranks, without timeout or reply rank, ends with one
+    ``PH_CALL`` record (the common case: two records per RPC, its start and that); any other
+    writes ``PH_SENT``, then one record per three ranks, the last ``PH_DONE`` on success."""
 
-    __slots__ = ("_dequeued",)
+    __slots__ = ("_dequeued", "_sent")
 
     def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
         self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
         self._ctx: SpanContext | None = None
         self.ended = False
         self._dequeued: list[int] = []  # rank, start_ns, end_ns, rank, ... (ranks ascending)
+        self._sent: tuple[Any, ...] | None = None
 
     def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
              timeout: float | None, reply_rank: int | None) -> None:
         """The request is out: the enqueue span (``start_ns`` to now) and the RPC's facts."""
-        end_ns = _time_ns()
-        writer = self._rec._writer
-        if writer is None:
-            return
-        flags = _PH_NON_BLOCK if non_block else 0
-        if timeout is not None:
-            flags |= _PH_TIMEOUT
-        if reply_rank is None:
-            reply_rank = -1
-        else:
-            flags |= _PH_REPLY_RANK
-        try:
-            writer.append(_pack_sent, _PHASES, flags, _PH_SENT, 0, self.span_id, start_ns,
-                          end_ns, rpc_id, size, float(timeout or 0.0), reply_rank)
-        except _JOURNAL_ERRORS:
-            pass
+        self._sent = (start_ns, _time_ns(), rpc_id, size, non_block, timeout, reply_rank)
 
     def enqueue_failed(self, start_ns: int, error: BaseException | str | None) -> None:
         self._rec.start_span(ENQUEUE, self.context, None, start_ns).end(error)
@@ -226,44 +218,75 @@ class ClientSpan(Span):
 
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
         """As ``Span.end``; a successful RPC whose replies were read ends with its last
-        dequeue record (``PH_DONE``: the span ends when its last reply was read)."""
-        flat = self._dequeued
-        if self.ended or not flat:
-            super().end(error, end_ns)
+        PHASES record (it ends when its last reply was read)."""
+        if self.ended:
             return
-        self._dequeued = []
-        if error is None and end_ns is None:
-            self.ended = True
-            self._write_dequeued(flat, _PH_DONE)
-            return
-        self._write_dequeued(flat, _PH_DEQUEUED)
-        super().end(error, end_ns)
-
-    def _write_dequeued(self, flat: list[int], last: int) -> None:
-        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first;
-        the last one's layout is ``last``."""
+        flat, sent = self._dequeued, self._sent
+        self._dequeued, self._sent = [], None
         writer = self._rec._writer
         if writer is None:
+            self.ended = True
             return
         try:
-            if len(flat) == 6 and flat[0] == 0 and flat[3] == 1:  # TP=2, the common case
-                writer.append(_pack_times, _PHASES, _STATUS_OK, last, 0, self.span_id,
-                              flat[1], flat[2], flat[4], flat[5], 0, 0)
+            if error is None and end_ns is None and sent is not None and flat:
+                if self._write_call(writer, sent, flat):
+                    self.ended = True
+                    return
+            if sent is not None:
+                start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
+                flags = (_PH_NON_BLOCK if non_block else 0) | (0 if timeout is None else _PH_TIMEOUT)
+                if reply_rank is None:
+                    reply_rank = -1
+                else:
+                    flags |= _PH_REPLY_RANK
+                writer.append(_pack_sent, _PHASES, flags, _PH_SENT, 0, self.span_id, start,
+                              sent_ns, rpc_id, size, float(timeout or 0.0), reply_rank)
+            if flat and error is None and end_ns is None:
+                self.ended = True
+                self._write_dequeued(writer, flat, _PH_DONE)
                 return
-            per = j.PH_DEQUEUE_RANKS
-            i = 0
-            while i < len(flat):
-                base = flat[i]
-                times = [0] * (2 * per)
-                while i < len(flat) and 0 <= flat[i] - base < per:
-                    k = 2 * (flat[i] - base)
-                    times[k], times[k + 1] = flat[i + 1], flat[i + 2]
-                    i += 3
-                layout = last if i >= len(flat) else _PH_DEQUEUED
-                writer.append(_pack_times, _PHASES, _STATUS_OK, layout, base, self.span_id,
-                              *times)
+            if flat:
+                self._write_dequeued(writer, flat, _PH_DEQUEUED)
         except _JOURNAL_ERRORS:
             pass
+        super().end(error, end_ns)
+
+    def _write_call(self, writer: Any, sent: tuple[Any, ...], flat: list[int]) -> bool:
+        """The one ``PH_CALL`` record of a plain successful call; False if it does not fit."""
+        start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
+        if timeout is not None or reply_rank is not None or flat[0] != 0:
+            return False
+        if len(flat) == 6 and flat[3] == 1:
+            s1, d1 = flat[4], flat[5] - flat[4]
+        elif len(flat) == 3:
+            s1 = d1 = 0
+        else:
+            return False
+        s0, d0, d_enq = flat[1], flat[2] - flat[1], sent_ns - start
+        if not (0 <= d0 <= _MAX_PH and 0 <= d1 <= _MAX_PH and 0 <= d_enq <= _MAX_PH):
+            return False
+        writer.append(_pack_call, _PHASES, _PH_NON_BLOCK if non_block else 0, _PH_CALL,
+                      min(size, _MAX_PH), self.span_id, rpc_id, start, d_enq, s0, d0, s1, d1)
+        return True
+
+    def _write_dequeued(self, writer: Any, flat: list[int], last: int) -> None:
+        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first;
+        the last one's layout is ``last``."""
+        if len(flat) == 6 and flat[0] == 0 and flat[3] == 1:  # TP=2
+            writer.append(_pack_times, _PHASES, _STATUS_OK, last, 0, self.span_id,
+                          flat[1], flat[2], flat[4], flat[5], 0, 0)
+            return
+        per = j.PH_DEQUEUE_RANKS
+        i = 0
+        while i < len(flat):
+            base = flat[i]
+            times = [0] * (2 * per)
+            while i < len(flat) and 0 <= flat[i] - base < per:
+                k = 2 * (flat[i] - base)
+                times[k], times[k + 1] = flat[i + 1], flat[i + 2]
+                i += 3
+            layout = last if i >= len(flat) else _PH_DEQUEUED
+            writer.append(_pack_times, _PHASES, _STATUS_OK, layout, base, self.span_id, *times)
 
 
 class ServerSpan(Span):
@@ -281,13 +304,16 @@ class ServerSpan(Span):
         self._status, self._message = _STATUS_OK, ""
 
     def executed(self, error: BaseException | None) -> None:
-        """The method returned (or raised ``error``): the span's end time."""
+        """The method returned (or raised ``error``): the span's end time.  Optional when it
+        returned: ``reply_start`` (else ``finish``) then marks the end."""
         self._executed = _time_ns()
         if error is not None and not self.ended:
             self._status, self._message = j.STATUS_ERROR, self._error_message(error)
 
     def reply_start(self) -> None:
-        self._reply = _time_ns()
+        self._reply = now = _time_ns()
+        if not self._executed:
+            self._executed = now
 
     def finish(self) -> None:
         """The reply is out (or none is due): write the record that ends the span."""

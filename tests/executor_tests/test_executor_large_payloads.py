@@ -135,7 +135,7 @@ def test_layouts_that_do_not_add_up_fall_back_to_one_buffer() -> None:
     assert frame_layout(memoryview(head), 40) is None  # a small message
     assert frame_layout(memoryview(head), total + 1) is None  # sizes do not add up
     assert frame_layout(memoryview(head)[:10], total) is None  # the head is cut short
-    head[17:21] = (1 << 31).to_bytes(4, "little")  # a huge buffer count
+    head[5:9] = (1 << 31).to_bytes(4, "little")  # a huge buffer count (header offset 5)
     assert frame_layout(memoryview(head), total) is None
 
 

@@ -25,7 +25,7 @@ def _by_name(spans: list[RecordedSpan]) -> dict[str, list[RecordedSpan]]:
 
 
 def _rpc_then_worker(rec: telemetry.Recorder) -> tuple[ClientSpan, ServerSpan]:
-    rpc = rec.start_client_span("rpc m")
+    rpc = rec.start_client_span("rpc m", None, 7)
     assert isinstance(rpc, ClientSpan)
     t0 = time.time_ns()
     rpc.sent(t0, 7, 123, True, 2.5, 5)
@@ -91,8 +91,8 @@ def test_a_begin_without_its_complete_loads_truncated(trace_dir: Path) -> None:
     (client,) = names["rpc m"]
     (execute,) = names["worker.execute m"]
     assert client.truncated and execute.truncated
-    assert client.attributes["faultlab.rpc_id"] == 7  # written when the request went out
-    assert "executor.enqueue" in names
+    assert client.attributes["faultlab.rpc_id"] == 7  # in its start record (journal.FLAG_RPC)
+    assert "executor.enqueue" not in names  # phases are written when the RPC ends
     assert not {"worker.dequeue", "worker.reply_enqueue", "executor.dequeue rank 0"} & set(names)
 
 
@@ -130,7 +130,7 @@ def test_every_record_format_fits_a_slot_and_is_decoded() -> None:
     assert all(s.format.startswith("<BHI") for s in structs)  # flags, small, id: one head
     decoder = (TELEMETRY / "assemble.py").read_text()
     for name in ("SPAN_START", "SPAN_END", "ATTRIBUTE", "EVENT", "STRING", "THREAD", "PHASES",
-                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED", "PH_DONE"):
+                 "PH_SENT", "PH_DEQUEUED", "PH_SERVED", "PH_DONE", "PH_CALL", "FLAG_RPC"):
         assert f"j.{name}" in decoder, name
     assert len(set(j.KINDS)) == len(j.KINDS) and 0 not in j.KINDS  # 0 marks an empty slot
 
@@ -171,3 +171,47 @@ def test_rpc_span_ends_with_its_last_dequeue_or_with_its_error(trace_dir: Path) 
         assert all(any(s.parent_span_id == span.span_id for s in k) for k in kids)
         assert last.end_ns is not None and span.end_ns is not None
         assert (last.end_ns == span.end_ns) if span is good else (last.end_ns <= span.end_ns)
+
+
+def _records(trace_dir: Path, kind: int) -> list[bytes]:
+    """The raw records of ``kind`` in every journal segment under ``trace_dir``."""
+    out = []
+    for path in trace_dir.rglob("journal-*.bin"):
+        data = path.read_bytes()
+        for off in range(j.HEADER_SIZE, len(data) - j.RECORD_SIZE + 1, j.RECORD_SIZE):
+            if data[off] == kind:
+                out.append(data[off : off + j.RECORD_SIZE])
+    return out
+
+
+def test_a_plain_call_ends_with_one_record_that_loads_as_every_phase(trace_dir: Path) -> None:
+    """TP=2, no timeout, every rank: start and PH_CALL are the RPC's only records, and they
+    load as the RPC span (rpc id, size, end at the last reply) with its enqueue and dequeues."""
+    telemetry.configure_process("driver")
+    rec = telemetry.get_recorder()
+    rpc = rec.start_client_span("rpc plain", None, 41)
+    assert isinstance(rpc, ClientSpan)
+    t0 = time.time_ns()
+    rpc.sent(t0, 41, 99, False, None, None)
+    for rank in (0, 1):
+        rpc.dequeued(rank, time.time_ns())
+    rpc.end()
+    telemetry.shutdown()
+
+    phases = _records(trace_dir, j.PHASES)
+    assert [int.from_bytes(r[2:4], "little") for r in phases] == [j.PH_CALL]
+    assert not _records(trace_dir, j.SPAN_END)
+    names = _by_name(read_run(trace_dir))
+    (client,) = names["rpc plain"]
+    assert client.status == "OK" and not client.truncated
+    assert client.attributes == {
+        "rpc.system.name": "faultlab", "rpc.method": "plain", "faultlab.rpc_id": 41,
+        "faultlab.non_block": False, "messaging.message.body.size": 99,
+    }
+    (enqueue,) = names["executor.enqueue"]
+    assert enqueue.start_ns == t0 and enqueue.end_ns is not None
+    deq = [names[f"executor.dequeue rank {r}"][0] for r in (0, 1)]
+    assert enqueue.end_ns <= deq[0].start_ns <= deq[0].end_ns <= deq[1].start_ns  # type: ignore[operator]
+    assert deq[1].end_ns == client.end_ns
+    assert all(s.parent_span_id == client.span_id for s in (enqueue, *deq))
+    assert client.tid == enqueue.tid and client.tid > 0  # the thread id shares the rpc id's field

@@ -56,6 +56,7 @@ from executor.serialization import decode, peek
 from executor.transport import MessageReader
 
 _NO_LIMIT = float("inf")
+_time_ns = time.time_ns
 
 
 @dataclasses.dataclass(eq=False)
@@ -243,16 +244,16 @@ class ReplyCollector:
         """``_read_reply`` with its dequeue span: a good reply's times are kept by the RPC
         span (written at its end, one record per three ranks); others are spans at once."""
         span = call.span
-        start_ns = time.time_ns()
+        start_ns = _time_ns()
         try:
             outcome = self._read_reply(rank, call, deadline)
         except BaseException as exc:
             span.dequeue_failed(rank, start_ns, exc)
             raise
-        if outcome is None:
+        if outcome is not None and outcome[0]:
+            span._dequeued += (rank, start_ns, _time_ns())  # ClientSpan.dequeued, inlined
+        elif outcome is None:
             span.dequeue_failed(rank, start_ns, None, timed_out=True)
-        elif outcome[0]:
-            span.dequeued(rank, start_ns)
         else:
             span.dequeue_failed(rank, start_ns, outcome[1])
         return outcome

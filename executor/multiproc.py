@@ -66,6 +66,13 @@ FailureCallback = Callable[[], None]
 _RPC_NAMES: dict[str, str] = {}  # method name -> RPC span name, made once per name
 
 
+def _rpc_span_name(method: str) -> str:
+    name = f"rpc {method}"
+    if len(_RPC_NAMES) < 1000:
+        _RPC_NAMES[method] = name
+    return name
+
+
 class MultiprocExecutor:
     """Runs ``cfg.world_size`` worker processes and broadcasts calls to them."""
 
@@ -341,9 +348,16 @@ class MultiprocExecutor:
         with self._send_lock:
             self._raise_failure()  # checked again under the lock: the queues may be closing
             call.rpc_id = next(self._ids)
-            span = self._start_rpc_span(call, timeout) if self._rec.enabled else None
-            if span is not None and span.ended:  # not sampled: no child spans, no context sent
-                span = None
+            span = None
+            if self._rec.enabled:
+                # The RPC's client span, begun before the request is sent (a driver that dies
+                # mid-RPC leaves it truncated); a child of the caller's current trace
+                # (OpenTelemetry context or TRACEPARENT), else a new trace.  Inline: each
+                # call level costs every traced RPC (bench/bench_rpc_tracing.py).
+                name = _RPC_NAMES.get(call.method) or _rpc_span_name(call.method)
+                span = self._rec.start_client_span(name, telemetry.caller_parent(), call.rpc_id)
+                if span.ended:  # not sampled: no child spans, no context sent
+                    span = None
             parts = self._encode(call, method, args, kwargs, reply_rank, span)
             self._enqueue(call, parts, span)
             call.span = span
@@ -396,32 +410,9 @@ class MultiprocExecutor:
                 span.enqueue_failed(start_ns, exc)
                 span.end(exc)
             raise
-        if span is not None:  # written after the request is out, while the workers work on it
-            self._describe_rpc(call, span, start_ns, sum(map(len, parts)))
-
-    def _start_rpc_span(
-        self, call: PendingCall, timeout: float | None,
-        parent: telemetry.SpanContext | None = None,
-    ) -> Any:
-        """The RPC's client span, begun before the request is sent (a driver that dies
-        mid-RPC leaves it truncated); a child of ``parent``, else of the caller's current
-        trace (OpenTelemetry context or TRACEPARENT), else a new trace."""
-        if parent is None:
-            parent = telemetry.caller_parent()
-        name = _RPC_NAMES.get(call.method)
-        if name is None:
-            name = f"rpc {call.method}"
-            if len(_RPC_NAMES) < 1000:
-                _RPC_NAMES[call.method] = name
-        return self._rec.start_client_span(name, parent, call.rpc_id)
-
-    @staticmethod
-    def _describe_rpc(call: PendingCall, span: RpcSpanLike, start_ns: int, size: int) -> None:
-        """One journal record, written once the request is out (off its critical path): the
-        enqueue span and the RPC span's attributes (rpc.*, faultlab.rpc_id, ...), expanded
-        when the run is read (telemetry.span.ClientSpan)."""
-        reply_rank = call.ranks[0] if len(call.ranks) == 1 else None
-        span.sent(start_ns, call.rpc_id, size, call.future is not None, call.timeout, reply_rank)
+        if span is not None:  # the enqueue span and the RPC's facts, written when it ends
+            span.sent(start_ns, call.rpc_id, sum(map(len, parts)), call.future is not None,
+                      call.timeout, call.ranks[0] if call.unique else None)
 
     def _relieve(self) -> bool:
         """The rpc queue is full: collect the replies that are there (see shm_queue)."""

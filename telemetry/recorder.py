@@ -122,8 +122,15 @@ class Recorder:
         self, name: str, parent: SpanContext | None = None, rpc_id: int = -1,
     ) -> ClientSpan | NonRecordingSpan:
         """An RPC's driver span; its enqueue and dequeue spans cost no records of their own.
-        Its start record carries ``rpc_id`` (when given), known even if the call never ends."""
-        return self._start(ClientSpan, name, parent, None, rpc_id)
+        Its start record carries ``rpc_id`` (when given), known even if the call never ends.
+        (``_start`` inlined: every traced RPC runs this, and each call level costs.)"""
+        if parent is None:
+            trace_id = self._bits(128) or 1
+            return self._start_ids(ClientSpan, name, trace_id, 0,
+                                   (trace_id & _M64) < self._root_bound, None, rpc_id)
+        trace_id = parent.trace_id
+        sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
+        return self._start_ids(ClientSpan, name, trace_id, parent.span_id, sampled, None, rpc_id)
 
     def start_server_span(
         self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,

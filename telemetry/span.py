@@ -207,7 +207,7 @@ class ClientSpan(Span):
 
     def dequeued(self, rank: int, start_ns: int) -> None:
         """Rank ``rank``'s reply was read (from ``start_ns`` to now), successfully; ranks
-        are read in ascending order."""
+        are read in ascending order.  (The collector inlines this: it adds to ``_dequeued``.)"""
         self._dequeued += (rank, start_ns, _time_ns())
 
     def dequeue_failed(self, rank: int, start_ns: int, error: BaseException | str | None,
@@ -229,8 +229,12 @@ class ClientSpan(Span):
             return
         try:
             if error is None and end_ns is None and sent is not None and flat:
-                if self._write_call(writer, sent, flat):
+                # The common case, inline: one PH_CALL record (see _call_fields).
+                fields = _call_fields(sent, flat)
+                if fields is not None:
                     self.ended = True
+                    writer.append(_pack_call, _PHASES, fields[0], _PH_CALL, fields[1],
+                                  self.span_id, *fields[2:])
                     return
             if sent is not None:
                 start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
@@ -251,24 +255,6 @@ class ClientSpan(Span):
             pass
         super().end(error, end_ns)
 
-    def _write_call(self, writer: Any, sent: tuple[Any, ...], flat: list[int]) -> bool:
-        """The one ``PH_CALL`` record of a plain successful call; False if it does not fit."""
-        start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
-        if timeout is not None or reply_rank is not None or flat[0] != 0:
-            return False
-        if len(flat) == 6 and flat[3] == 1:
-            s1, d1 = flat[4], flat[5] - flat[4]
-        elif len(flat) == 3:
-            s1 = d1 = 0
-        else:
-            return False
-        s0, d0, d_enq = flat[1], flat[2] - flat[1], sent_ns - start
-        if not (0 <= d0 <= _MAX_PH and 0 <= d1 <= _MAX_PH and 0 <= d_enq <= _MAX_PH):
-            return False
-        writer.append(_pack_call, _PHASES, _PH_NON_BLOCK if non_block else 0, _PH_CALL,
-                      min(size, _MAX_PH), self.span_id, rpc_id, start, d_enq, s0, d0, s1, d1)
-        return True
-
     def _write_dequeued(self, writer: Any, flat: list[int], last: int) -> None:
         """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first;
         the last one's layout is ``last``."""
@@ -287,6 +273,25 @@ class ClientSpan(Span):
                 i += 3
             layout = last if i >= len(flat) else _PH_DEQUEUED
             writer.append(_pack_times, _PHASES, _STATUS_OK, layout, base, self.span_id, *times)
+
+
+def _call_fields(sent: tuple[Any, ...], flat: list[int]) -> tuple[int, ...] | None:
+    """PH_CALL's flags, id (size) and fields after the span id, for a plain successful
+    call; None if the call is not plain or a phase does not fit."""
+    start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
+    if timeout is not None or reply_rank is not None or flat[0] != 0:
+        return None
+    if len(flat) == 6 and flat[3] == 1:
+        s1, d1 = flat[4], flat[5] - flat[4]
+    elif len(flat) == 3:
+        s1 = d1 = 0
+    else:
+        return None
+    s0, d0, d_enq = flat[1], flat[2] - flat[1], sent_ns - start
+    if not (0 <= d0 <= _MAX_PH and 0 <= d1 <= _MAX_PH and 0 <= d_enq <= _MAX_PH):
+        return None
+    return (_PH_NON_BLOCK if non_block else 0, min(size, _MAX_PH), rpc_id, start, d_enq,
+            s0, d0, s1, d1)
 
 
 class ServerSpan(Span):

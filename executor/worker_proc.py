@@ -220,9 +220,11 @@ class WorkerProc:
             spans = self.rec.start_server_span(name, trace, waited_ns, got_ns)
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
         if must_reply:
-            spans.reply_start()
+            reply_ns = _time_ns() if spans is not _NO_SPANS else 0
             self._reply(msg_id, kind, value)
-        spans.finish()
+            spans.finish(reply_ns)
+        else:
+            spans.finish()
 
     def _execute(
         self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: Any
@@ -302,6 +304,7 @@ def _annotated(exc: BaseException, what: str) -> RemoteError:
     return remote._replace(message=f"{what}: {remote.message}")
 
 
+_time_ns = time.time_ns
 _EXECUTE_NAMES: dict[str, str] = {}  # method name -> execute span name, made once per name
 
 

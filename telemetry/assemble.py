@@ -244,21 +244,17 @@ class JournalDecoder:
         self._child(span, ENQUEUE, 1, start, end)
 
     def _on_call(self, raw: bytes) -> None:
-        """A plain successful call in one record: enqueue and dequeue spans, attributes,
-        and the RPC span's end (its last reply read)."""
-        flags, _, size, span_id, rpc_id, start, d_enq, s0, d0, s1, d1 = \
-            j.PH_CALL_S.unpack_from(raw, 1)
+        """A plain successful call to ranks 0 and 1 in one record: enqueue and dequeue
+        spans, attributes, and the RPC span's end (its last reply read)."""
+        flags, _, size, span_id, start, sent, s0, e0, s1, e1 = j.PH_TIMES_S.unpack_from(raw, 1)
         span = self._open.pop(span_id, None)
         if span is None:
             return
-        _rpc_attributes(span, flags, rpc_id, size)
-        self._child(span, ENQUEUE, 1, start, start + d_enq)
-        ends = [start + d_enq]
-        for rank, (begin, took) in enumerate(((s0, d0), (s1, d1))):
-            if begin:
-                self._child(span, dequeue_name(rank), 2 + rank, begin, begin + took)
-                ends.append(begin + took)
-        span.end_ns, span.status = max(ends), "OK"
+        _rpc_attributes(span, flags, span.attributes.get("faultlab.rpc_id", 0), size)
+        self._child(span, ENQUEUE, 1, start, sent)
+        self._child(span, dequeue_name(0), 2, s0, e0)
+        self._child(span, dequeue_name(1), 3, s1, e1)
+        span.end_ns, span.status = max(sent, e0, e1), "OK"
         self.last_time_ns = max(self.last_time_ns, span.end_ns)
         span.last_seen_ns = self.last_time_ns
         self._finished.append(span)

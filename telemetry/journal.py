@@ -147,13 +147,12 @@ PH_TIMES_S = struct.Struct(_HEAD + "Q6Q")  # span, six times (ns); unused ones a
 PH_DEQUEUE_RANKS = 3
 PH_DONE = 4  # driver, last replies read: as PH_DEQUEUED, and ENDS the span (flags = status)
 #              at its latest time: a successful RPC costs no SPAN_END record
-PH_CALL = 5  # driver, a successful call to at most 2 ranks without timeout or reply rank: all
-#              of PH_SENT, PH_DONE in one record, written when the last reply was read; ENDS
-#              the span (status OK) at the last dequeue's end.  flags = PH_NON_BLOCK, id =
-#              body size (capped at 2**32 - 1); span, rpc id, then (start, duration) of the
-#              enqueue and of the dequeues of ranks 0 and 1 (start 0: none)
-PH_CALL_S = struct.Struct(_HEAD + "QQQIQIQI")
-MAX_PH_DURATION = (1 << 32) - 1  # ns; a longer phase makes the call use the other layouts
+PH_CALL = 5  # driver, a successful call to ranks 0 and 1 without timeout or reply rank: all
+#              of PH_SENT and PH_DONE in one PH_TIMES_S record, written when the last reply
+#              was read; ENDS the span (status OK) then.  flags = PH_NON_BLOCK, id = body size
+#              (capped at 2**32 - 1); times: enqueue start, end, then rank 0's and rank 1's
+#              dequeue start, end.  The rpc id is in the span's start record (FLAG_RPC).
+MAX_PH_SIZE = (1 << 32) - 1
 # PH_SERVED times: queue wait start, message in hand, unpickled, executed (the span's end),
 # reply start (0: no reply), reply written.
 

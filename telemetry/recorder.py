@@ -140,9 +140,20 @@ class Recorder:
         ``waited_ns`` and the message was in hand at ``got_ns``."""
         now = _time_ns()
         trace_id, parent_id, flags = wire  # ints, no SpanContext: this runs on every RPC
-        sampled = bool(flags & FLAG_SAMPLED) if self._parent_based \
+        sampled = flags & FLAG_SAMPLED if self._parent_based \
             else (trace_id & _M64) < self._root_bound
-        span = self._start_ids(ServerSpan, name, trace_id, parent_id, sampled, now)
+        writer = self._writer
+        if sampled and writer is not None:  # the common case, flat (see ClientSpan)
+            local, strings = self._thread_local.__dict__, self._strings
+            if "tid" in local and name in strings:
+                span_id = self._bits(64) or 1
+                try:
+                    writer.append(_pack_start, _SPAN_START, 0, 0, strings[name], trace_id >> 64,
+                                  trace_id & _M64, span_id, parent_id, now, local["tid"])
+                except _JOURNAL_ERRORS:
+                    return NonRecordingSpan(trace_id, span_id)
+                return ServerSpan(self, trace_id, span_id, waited_ns, got_ns, now)
+        span = self._start_ids(ServerSpan, name, trace_id, parent_id, bool(sampled), now)
         if type(span) is ServerSpan:
             span._waited, span._got, span._unpickled = waited_ns, got_ns, now
         return span

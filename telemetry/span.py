@@ -48,8 +48,8 @@ _STATUS_OK, _SPAN_END, _PHASES = j.STATUS_OK, j.SPAN_END, j.PHASES
 _pack_end = j.SPAN_END_S.pack_into
 _pack_sent = j.PH_SENT_S.pack_into
 _pack_times = j.PH_TIMES_S.pack_into
-_pack_call = j.PH_CALL_S.pack_into
-_MAX_PH = j.MAX_PH_DURATION
+_MAX_PH_SIZE = j.MAX_PH_SIZE
+_RPC_IN_START = 1 << (64 - j.TID_BITS)  # rpc ids the start record can carry (FLAG_RPC)
 _time_ns = time.time_ns
 _PH_SENT, _PH_DEQUEUED, _PH_SERVED, _PH_DONE = j.PH_SENT, j.PH_DEQUEUED, j.PH_SERVED, j.PH_DONE
 _PH_CALL = j.PH_CALL
@@ -184,11 +184,15 @@ class Span:
 class ClientSpan(Span):
     """An RPC's span in the driver.  Its enqueue and per-rank dequeue spans are PHASES
     records written when it ends: ``sent`` and ``dequeued`` only remember the times.  A
-    successful call to at most two ranks, without timeout or reply rank, ends with one
-    ``PH_CALL`` record (the common case: two records per RPC, its start and that); any other
-    writes ``PH_SENT``, then one record per three ranks, the last ``PH_DONE`` on success."""
+    successful call to ranks 0 and 1 without timeout or reply rank (the common case) ends
+    with one ``PH_CALL`` record: two records per RPC, its start and that.  Any other call
+    writes ``PH_SENT``, then one record per three ranks, the last ``PH_DONE`` on success.
 
-    __slots__ = ("_dequeued", "_sent")
+    The common case is written flat (few bytecodes, no calls but the append): in a running
+    executor this code is cold in every cache, and each bytecode costs about three times
+    what it costs in a loop (bench/bench_rpc_tracing.py)."""
+
+    __slots__ = ("_dequeued", "_plain", "_sent")
 
     def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
         self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
@@ -196,11 +200,16 @@ class ClientSpan(Span):
         self.ended = False
         self._dequeued: list[int] = []  # rank, start_ns, end_ns, rank, ... (ranks ascending)
         self._sent: tuple[Any, ...] | None = None
+        self._plain: tuple[int, int, int, int] | None = None  # PH_CALL's flags, size, times
 
     def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
              timeout: float | None, reply_rank: int | None) -> None:
         """The request is out: the enqueue span (``start_ns`` to now) and the RPC's facts."""
-        self._sent = (start_ns, _time_ns(), rpc_id, size, non_block, timeout, reply_rank)
+        now = _time_ns()
+        self._sent = (start_ns, now, rpc_id, size, non_block, timeout, reply_rank)
+        if timeout is None and reply_rank is None and 0 <= rpc_id < _RPC_IN_START:
+            self._plain = (_PH_NON_BLOCK if non_block else 0,
+                           size if size < _MAX_PH_SIZE else _MAX_PH_SIZE, start_ns, now)
 
     def enqueue_failed(self, start_ns: int, error: BaseException | str | None) -> None:
         self._rec.start_span(ENQUEUE, self.context, None, start_ns).end(error)
@@ -219,6 +228,23 @@ class ClientSpan(Span):
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
         """As ``Span.end``; a successful RPC whose replies were read ends with its last
         PHASES record (it ends when its last reply was read)."""
+        flat, plain = self._dequeued, self._plain
+        if (plain is not None and error is None and end_ns is None and len(flat) == 6
+                and flat[3] == 1 and not self.ended):  # ranks 0 and 1 read: PH_CALL
+            self.ended = True
+            writer = self._rec._writer
+            if writer is not None:
+                try:
+                    writer.append(_pack_times, _PHASES, plain[0], _PH_CALL, plain[1],
+                                  self.span_id, plain[2], plain[3], flat[1], flat[2],
+                                  flat[4], flat[5])
+                except _JOURNAL_ERRORS:
+                    pass
+            return
+        self._end_phases(error, end_ns)
+
+    def _end_phases(self, error: BaseException | str | None, end_ns: int | None) -> None:
+        """``end`` of any call but the common case: PH_SENT, the dequeue records, the end."""
         if self.ended:
             return
         flat, sent = self._dequeued, self._sent
@@ -228,14 +254,6 @@ class ClientSpan(Span):
             self.ended = True
             return
         try:
-            if error is None and end_ns is None and sent is not None and flat:
-                # The common case, inline: one PH_CALL record (see _call_fields).
-                fields = _call_fields(sent, flat)
-                if fields is not None:
-                    self.ended = True
-                    writer.append(_pack_call, _PHASES, fields[0], _PH_CALL, fields[1],
-                                  self.span_id, *fields[2:])
-                    return
             if sent is not None:
                 start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
                 flags = (_PH_NON_BLOCK if non_block else 0) | (0 if timeout is None else _PH_TIMEOUT)
@@ -275,25 +293,6 @@ class ClientSpan(Span):
             writer.append(_pack_times, _PHASES, _STATUS_OK, layout, base, self.span_id, *times)
 
 
-def _call_fields(sent: tuple[Any, ...], flat: list[int]) -> tuple[int, ...] | None:
-    """PH_CALL's flags, id (size) and fields after the span id, for a plain successful
-    call; None if the call is not plain or a phase does not fit."""
-    start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
-    if timeout is not None or reply_rank is not None or flat[0] != 0:
-        return None
-    if len(flat) == 6 and flat[3] == 1:
-        s1, d1 = flat[4], flat[5] - flat[4]
-    elif len(flat) == 3:
-        s1 = d1 = 0
-    else:
-        return None
-    s0, d0, d_enq = flat[1], flat[2] - flat[1], sent_ns - start
-    if not (0 <= d0 <= _MAX_PH and 0 <= d1 <= _MAX_PH and 0 <= d_enq <= _MAX_PH):
-        return None
-    return (_PH_NON_BLOCK if non_block else 0, min(size, _MAX_PH), rpc_id, start, d_enq,
-            s0, d0, s1, d1)
-
-
 class ServerSpan(Span):
     """A worker's execute span.  One PHASES record, written by ``finish`` once the reply is
     out, ends it and carries the dequeue and reply times; until then it is open, so a
@@ -301,11 +300,13 @@ class ServerSpan(Span):
 
     __slots__ = ("_executed", "_got", "_message", "_reply", "_status", "_unpickled", "_waited")
 
-    def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
+    def __init__(self, rec: Recorder, trace_id: int, span_id: int, waited_ns: int = 0,
+                 got_ns: int = 0, unpickled_ns: int = 0) -> None:
         self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
         self._ctx: SpanContext | None = None
         self.ended = False
-        self._waited = self._got = self._unpickled = self._executed = self._reply = 0
+        self._waited, self._got, self._unpickled = waited_ns, got_ns, unpickled_ns
+        self._executed = self._reply = 0
         self._status, self._message = _STATUS_OK, ""
 
     def executed(self, error: BaseException | None) -> None:
@@ -320,8 +321,9 @@ class ServerSpan(Span):
         if not self._executed:
             self._executed = now
 
-    def finish(self) -> None:
-        """The reply is out (or none is due): write the record that ends the span."""
+    def finish(self, reply_ns: int = 0) -> None:
+        """The reply is out (or none is due): write the record that ends the span.
+        ``reply_ns``: when the reply began (instead of calling ``reply_start``)."""
         if self.ended:
             return
         self.ended = True
@@ -329,11 +331,12 @@ class ServerSpan(Span):
         writer = self._rec._writer
         if writer is None:
             return
+        reply = reply_ns or self._reply
         try:
             message_id = self._rec._intern(self._message) if self._message else 0
             writer.append(_pack_times, _PHASES, self._status, _PH_SERVED, message_id,
                           self.span_id, self._waited, self._got, self._unpickled,
-                          self._executed or done, self._reply, done)
+                          self._executed or reply or done, reply, done)
         except _JOURNAL_ERRORS:
             pass
 
@@ -388,7 +391,7 @@ class NonRecordingSpan:
     def reply_start(self) -> None:
         pass
 
-    def finish(self) -> None:
+    def finish(self, reply_ns: int = 0) -> None:
         pass
 
     def __enter__(self) -> NonRecordingSpan:

@@ -225,10 +225,20 @@ class ReplyCollector:
         deadline = min(call.deadline, limit)
         while len(call.outcomes) < len(call.ranks):
             rank = call.ranks[len(call.outcomes)]
-            if call.span is None:
+            span = call.span
+            if span is None:
                 outcome = self._read_reply(rank, call, deadline)
-            else:
-                outcome = self._traced_read_reply(rank, call, deadline)
+            else:  # its dequeue span, inline: every traced RPC runs this (ClientSpan)
+                start_ns = _time_ns()
+                try:
+                    outcome = self._read_reply(rank, call, deadline)
+                except BaseException as exc:
+                    span.dequeue_failed(rank, start_ns, exc)
+                    raise
+                if outcome is not None and outcome[0]:
+                    span._dequeued += (rank, start_ns, _time_ns())  # ClientSpan.dequeued
+                else:  # not read (timeout) or an error reply: a dequeue span at once
+                    self._dequeue_failed(span, rank, start_ns, outcome)
             if outcome is None:
                 if time.monotonic() < call.deadline:
                     return False
@@ -240,23 +250,13 @@ class ReplyCollector:
             self._resolve_outcomes(call)
         return True
 
-    def _traced_read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
-        """``_read_reply`` with its dequeue span: a good reply's times are kept by the RPC
-        span (written at its end, one record per three ranks); others are spans at once."""
-        span = call.span
-        start_ns = _time_ns()
-        try:
-            outcome = self._read_reply(rank, call, deadline)
-        except BaseException as exc:
-            span.dequeue_failed(rank, start_ns, exc)
-            raise
-        if outcome is not None and outcome[0]:
-            span._dequeued += (rank, start_ns, _time_ns())  # ClientSpan.dequeued, inlined
-        elif outcome is None:
+    @staticmethod
+    def _dequeue_failed(span: Any, rank: int, start_ns: int, outcome: tuple[bool, Any] | None) -> None:
+        """A traced reply not read by its deadline (``outcome`` None) or an error reply."""
+        if outcome is None:
             span.dequeue_failed(rank, start_ns, None, timed_out=True)
         else:
             span.dequeue_failed(rank, start_ns, outcome[1])
-        return outcome
 
     def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
         reader = self.readers[rank]

@@ -47,8 +47,8 @@ import cloudpickle
 _HEAD = struct.Struct("<BiIQQQQB")  # kind, reply rank (-1: all), out-of-band buffer count,
 #                                     pickle length, trace id (high, low), parent span, flags
 _COUNTS = struct.Struct("<BiIQ")  # the header's first four fields
-_TRACE = struct.Struct("<QQQB")  # the header's trace context (span id 0: none)
-_TRACE_AT = _COUNTS.size
+TRACE_HEADER = _TRACE = struct.Struct("<QQQB")  # the header's trace context: trace id high,
+TRACE_AT = _TRACE_AT = _COUNTS.size               # low, parent span (0: none), W3C flags
 _M64 = (1 << 64) - 1
 _LEN = struct.Struct("<Q")
 _SMALL = 256 << 10  # smaller buffers stay in-band: measured cheaper (64 KiB echo 105 -> 52 µs)

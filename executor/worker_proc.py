@@ -48,7 +48,7 @@ from executor.protocol import (
     RemoteError,
     method_name,
 )
-from executor.serialization import decode, encode, peek, trace_context
+from executor.serialization import TRACE_AT, TRACE_HEADER, decode, encode, peek
 from executor.shm import SegmentFd
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.transport import MessageReader, MessageWriter
@@ -207,17 +207,19 @@ class WorkerProc:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
         spans: Any = _NO_SPANS
-        if self.rec.enabled and (trace := trace_context(frame)) is not None:
-            # The execute span (telemetry.span.ServerSpan): its start record now, so a
-            # worker that dies in its method or before its reply is out leaves it open,
-            # truncated; one record once the reply is out ends it and carries the dequeue
-            # and reply-enqueue times (worker.dequeue / worker.reply_enqueue when read).
-            # A method that returns ends the span when its reply starts (or at finish).
-            # Rank and pid are the journal's, the rpc id is the parent's.
-            name = _EXECUTE_NAMES.get(method) if type(method) is str else None
-            if name is None:
-                name = _execute_name(method)
-            spans = self.rec.start_server_span(name, trace, waited_ns, got_ns)
+        if self.rec.enabled:
+            hi, lo, parent, flags = TRACE_HEADER.unpack_from(frame, TRACE_AT)
+            if parent:  # a traced RPC: its context rides in the frame header
+                # The execute span (telemetry.span.ServerSpan): its start record now, so a
+                # worker that dies in its method or before its reply is out leaves it open,
+                # truncated; one record once the reply is out ends it and carries the
+                # dequeue and reply-enqueue times (worker.dequeue / worker.reply_enqueue when
+                # read).  A method that returns ends the span when its reply starts (or at
+                # finish).  Rank and pid are the journal's, the rpc id is the parent's.
+                name = _EXECUTE_NAMES.get(method) if type(method) is str else None
+                if name is None:
+                    name = _execute_name(method)
+                spans = self.rec.serve(name, hi, lo, parent, flags, waited_ns, got_ns)
         kind, value = self._execute(msg_id, method, args, kwargs, spans)
         if must_reply:
             reply_ns = _time_ns() if spans is not _NO_SPANS else 0

@@ -123,14 +123,27 @@ class Recorder:
     ) -> ClientSpan | NonRecordingSpan:
         """An RPC's driver span; its enqueue and dequeue spans cost no records of their own.
         Its start record carries ``rpc_id`` (when given), known even if the call never ends.
-        (``_start`` inlined: every traced RPC runs this, and each call level costs.)"""
+        The common case is flat (every traced RPC runs it; see ``ClientSpan``)."""
         if parent is None:
-            trace_id = self._bits(128) or 1
-            return self._start_ids(ClientSpan, name, trace_id, 0,
-                                   (trace_id & _M64) < self._root_bound, None, rpc_id)
-        trace_id = parent.trace_id
-        sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
-        return self._start_ids(ClientSpan, name, trace_id, parent.span_id, sampled, None, rpc_id)
+            trace_id, parent_id = self._bits(128) or 1, 0
+            sampled = (trace_id & _M64) < self._root_bound
+        else:
+            trace_id, parent_id = parent.trace_id, parent.span_id
+            sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
+        writer = self._writer
+        if sampled and writer is not None and 0 <= rpc_id < _RPC_LIMIT:
+            tid = self._thread_local.__dict__.get("tid")
+            name_id = self._strings.get(name)
+            if tid is not None and name_id is not None and tid < _TID_LIMIT:
+                span_id = self._bits(64) or 1
+                try:
+                    writer.append(_pack_start, _SPAN_START, _FLAG_RPC, 0, name_id, trace_id >> 64,
+                                  trace_id & _M64, span_id, parent_id, _time_ns(),
+                                  rpc_id << _TID_BITS | tid)
+                except _JOURNAL_ERRORS:
+                    return NonRecordingSpan(trace_id, span_id)
+                return ClientSpan(self, trace_id, span_id)
+        return self._start_ids(ClientSpan, name, trace_id, parent_id, sampled, None, rpc_id)
 
     def start_server_span(
         self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,
@@ -138,22 +151,32 @@ class Recorder:
         """A worker's execute span, starting now, child of the driver's span ``wire`` (the
         ``SpanContext.to_wire`` tuple from the request); the queue wait began at
         ``waited_ns`` and the message was in hand at ``got_ns``."""
+        trace_id, parent_id, flags = wire
+        return self.serve(name, trace_id >> 64, trace_id & _M64, parent_id, flags, waited_ns,
+                          got_ns)
+
+    def serve(
+        self, name: str, trace_hi: int, trace_lo: int, parent_id: int, flags: int,
+        waited_ns: int, got_ns: int,
+    ) -> ServerSpan | NonRecordingSpan:
+        """``start_server_span`` from the request header's fields as they are (the worker
+        calls this on every traced RPC: the common case is flat, see ``ClientSpan``)."""
         now = _time_ns()
-        trace_id, parent_id, flags = wire  # ints, no SpanContext: this runs on every RPC
-        sampled = flags & FLAG_SAMPLED if self._parent_based \
-            else (trace_id & _M64) < self._root_bound
         writer = self._writer
-        if sampled and writer is not None:  # the common case, flat (see ClientSpan)
-            local, strings = self._thread_local.__dict__, self._strings
-            if "tid" in local and name in strings:
+        sampled = flags & FLAG_SAMPLED if self._parent_based else trace_lo < self._root_bound
+        if sampled and writer is not None:
+            tid = self._thread_local.__dict__.get("tid")
+            name_id = self._strings.get(name)
+            if tid is not None and name_id is not None:
                 span_id = self._bits(64) or 1
                 try:
-                    writer.append(_pack_start, _SPAN_START, 0, 0, strings[name], trace_id >> 64,
-                                  trace_id & _M64, span_id, parent_id, now, local["tid"])
+                    writer.append(_pack_start, _SPAN_START, 0, 0, name_id, trace_hi, trace_lo,
+                                  span_id, parent_id, now, tid)
                 except _JOURNAL_ERRORS:
-                    return NonRecordingSpan(trace_id, span_id)
-                return ServerSpan(self, trace_id, span_id, waited_ns, got_ns, now)
-        span = self._start_ids(ServerSpan, name, trace_id, parent_id, bool(sampled), now)
+                    return NonRecordingSpan(trace_hi << 64 | trace_lo, span_id)
+                return ServerSpan(self, trace_hi << 64 | trace_lo, span_id, waited_ns, got_ns, now)
+        span = self._start_ids(ServerSpan, name, trace_hi << 64 | trace_lo, parent_id,
+                               bool(sampled), now)
         if type(span) is ServerSpan:
             span._waited, span._got, span._unpickled = waited_ns, got_ns, now
         return span

@@ -5,7 +5,7 @@
     worker ── FATAL (msg_id 0): the worker's queue is damaged; it exits with EXIT_QUEUE_CORRUPTED
 
 A request is ``(method, args, kwargs)``: ``method`` is a name or a callable; the context of
-the driver's RPC span, when traced, rides in the frame header (``serialization.trace_context``).
+the driver's RPC span, when traced, rides in the frame header (``serialization.TRACE_HEADER``).
 A REPLY_OK carries the
 value; REPLY_ERROR and FATAL carry a ``RemoteError``.  Every reply echoes its request's id,
 so the driver can drop a reply whose call already timed out.

@@ -47,8 +47,9 @@ import cloudpickle
 _HEAD = struct.Struct("<BiIQQQQB")  # kind, reply rank (-1: all), out-of-band buffer count,
 #                                     pickle length, trace id (high, low), parent span, flags
 _COUNTS = struct.Struct("<BiIQ")  # the header's first four fields
-TRACE_HEADER = _TRACE = struct.Struct("<QQQB")  # the header's trace context: trace id high,
-TRACE_AT = _TRACE_AT = _COUNTS.size               # low, parent span (0: none), W3C flags
+# The header's trace context: trace id high, low, parent span (0: none), W3C flags.
+TRACE_HEADER = struct.Struct("<QQQB")
+TRACE_AT = _COUNTS.size
 _M64 = (1 << 64) - 1
 _LEN = struct.Struct("<Q")
 _SMALL = 256 << 10  # smaller buffers stay in-band: measured cheaper (64 KiB echo 105 -> 52 µs)
@@ -259,12 +260,6 @@ def peek(frame: bytes | bytearray) -> tuple[int, int]:
     """(kind, reply rank) of a frame, readable even when its pickle is not."""
     kind, reply_rank, _, _ = _COUNTS.unpack_from(frame, 0)
     return kind, reply_rank
-
-
-def trace_context(frame: bytes | bytearray) -> tuple[int, int, int] | None:
-    """The ``(trace id, parent span id, W3C flags)`` a request carries, or None."""
-    hi, lo, span_id, flags = _TRACE.unpack_from(frame, _TRACE_AT)
-    return ((hi << 64) | lo, span_id, flags) if span_id else None
 
 
 def decode(frame: bytes | bytearray) -> Any:

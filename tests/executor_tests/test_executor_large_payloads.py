@@ -171,3 +171,15 @@ def test_executor_echoes_large_values_to_both_workers() -> None:
             for value in _values(size):
                 replies = ex.collective_rpc("echo", args=(value,))
                 assert len(replies) == 2 and all(_same(value, r) for r in replies), size
+
+
+def test_a_request_carries_its_trace_context_in_the_header_not_the_pickle() -> None:
+    from executor.serialization import TRACE_AT, TRACE_HEADER
+
+    trace_id, span_id = (0xABC << 64) | 0xDEF, 0x1234
+    traced = b"".join(encode(1, -1, ("echo", (1,), {}), False, trace_id, span_id, 1))
+    plain = b"".join(encode(1, -1, ("echo", (1,), {})))
+    assert TRACE_HEADER.unpack_from(traced, TRACE_AT) == (0xABC, 0xDEF, span_id, 1)
+    assert TRACE_HEADER.unpack_from(plain, TRACE_AT) == (0, 0, 0, 0)  # parent 0: not traced
+    assert decode(traced) == decode(plain) == ("echo", (1,), {})
+    assert len(traced) == len(plain)  # a fixed field: the pickle is the same

@@ -4,7 +4,7 @@ Data flow::
 
     executor ── rec.start_span/end/add_event ──► Recorder ──► JournalWriter (mmap, this pid)
        │                                            │
-       └─ SpanContext.to_wire ─► queue message ─► worker: start_span(parent=from_wire(t))
+       └─ RPC span ids ─► request frame header ─► worker: serve(header fields)
                                                     │
                          owner process only:  LiveExporter thread reads every journal
                                               of the run dir and exports through OTLP
@@ -183,16 +183,15 @@ class Recorder:
 
     def _start(
         self, cls: type[_S], name: str, parent: SpanContext | None, start_ns: int | None,
-        rpc_id: int = -1,
     ) -> _S | NonRecordingSpan:
         """Sample, and if sampled write the SPAN_START record of a ``cls`` span."""
         if parent is None:
             trace_id = self._bits(128) or 1
             return self._start_ids(cls, name, trace_id, 0, (trace_id & _M64) < self._root_bound,
-                                   start_ns, rpc_id)
+                                   start_ns)
         trace_id = parent.trace_id
         sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
-        return self._start_ids(cls, name, trace_id, parent.span_id, sampled, start_ns, rpc_id)
+        return self._start_ids(cls, name, trace_id, parent.span_id, sampled, start_ns)
 
     def _start_ids(
         self, cls: type[_S], name: str, trace_id: int, parent_id: int, sampled: bool,

@@ -13,8 +13,8 @@ time, a cold 1-8 MiB one as many per page; a region that comes back is already m
 user's process keeps its allocator settings: only memory the executor owns is reused.
 
 Regions are private anonymous mappings (``MAP_PRIVATE``: a fork child gets a copy-on-write
-copy, never an alias of the parent's arrays), asked for huge pages where the kernel allows
-(a cold region then costs one fault per 2 MiB), in power-of-two size classes.  A loan is a
+copy, never an alias of the parent's arrays) in power-of-two size classes (no huge pages:
+see ``HUGE_PAGES``).  A loan is a
 ctypes array laid over a region (``from_buffer``), so every buffer export derived from it —
 a memoryview, its slices and casts, numpy's base, a tensor's storage — keeps the loan alive,
 and the region stays mapped while anything uses it (the loan holds an export of the mmap).
@@ -46,6 +46,10 @@ from typing import Any
 POOLED_MIN = 1 << 20  # smaller buffers come from the allocator (below glibc's mmap threshold)
 KEEP_PER_CLASS = 2  # free regions kept per size class: a call to 2 workers returns 2
 KEEP_BYTES = 256 << 20  # free bytes kept in all
+# Ask for transparent huge pages on new regions?  Off: measured on this VM, a fresh 32 MiB
+# pair then costs ~40 faults but 12-15 ms or 120-210 ms (bimodal, no compaction stalls: the
+# host backing fresh 2 MiB pages), against a steady 32-44 ms with 4 KiB pages.
+HUGE_PAGES = False
 
 
 def size_class(n: int) -> int:
@@ -61,7 +65,7 @@ class _Region:
     def __init__(self, size: int) -> None:
         self.size = size
         self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if size >= 2 << 20 and hasattr(mmap, "MADV_HUGEPAGE"):
+        if HUGE_PAGES and size >= 2 << 20 and hasattr(mmap, "MADV_HUGEPAGE"):
             try:
                 self.mm.madvise(mmap.MADV_HUGEPAGE)
             except OSError:  # no transparent huge pages here: 4 KiB pages still work

@@ -44,7 +44,9 @@ from collections import deque
 from typing import Any
 
 POOLED_MIN = 1 << 20  # smaller buffers come from the allocator (below glibc's mmap threshold)
-KEEP_PER_CLASS = 2  # free regions kept per size class: a call to 2 workers returns 2
+KEEP_PER_CLASS = 4  # free regions kept per size class: two calls to 2 workers (a caller that
+# keeps the last reply while it makes the next call needs 2 + 2; measured: with 2, every
+# other 32 MiB echo in the bench mapped a fresh region, 8k faults)
 KEEP_BYTES = 256 << 20  # free bytes kept in all
 # Ask for transparent huge pages on new regions?  Off: measured on this VM, a fresh 32 MiB
 # pair then costs ~40 faults but 12-15 ms or 120-210 ms (bimodal, no compaction stalls: the

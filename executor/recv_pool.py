@@ -29,6 +29,9 @@ Invariants:
 - At most ``KEEP_PER_CLASS`` free regions per size class and ``KEEP_BYTES`` free in total
   (256 MiB: eight 32 MiB tensors); a region beyond that is dropped and unmapped when its
   last reference goes (never ``close()``d: a dying loan may still hold its export).
+- An interrupt (KeyboardInterrupt in the driver) inside ``take`` can only lose a region
+  (unmapped once unreferenced), never lend one twice: a region leaves the free list before
+  its loan exists and returns only through that loan's callback.
 - A fork child starts with an empty pool (``os.register_at_fork``); loans it inherited come
   back to its own pool, over its own private copies.
 """

@@ -10,7 +10,10 @@ Each child times, for every case (small tuple, 64 KiB / 1 MiB / 8 MiB bytes and 
 tensors, 32 MiB tensor), two workloads:
 - ``b2b``: the same case back to back, after a warm-up;
 - ``mixed``: blocks of a few calls of each case in turn, with a pause between blocks (the
-  allocator has time and reason to give memory back, as in a real driver).
+  allocator has time and reason to give memory back, as in a real driver);
+- ``drop`` (the ``DROP_CASES``): back to back, but the caller drops every reply before the
+  next call (in ``b2b`` and ``mixed`` the last reply checked lives on during the next call),
+  which is when a driver's allocator gives large buffers back and takes them again.
 
 Every call checks the echo (length, first and last bytes) so a wrong reply cannot pass as fast.
 Each call also records the driver's minor page faults (``ru_minflt``), reported as a column:
@@ -42,6 +45,7 @@ CASES = [("small", "small", 0), ("64KiB-bytes", "bytes", 64 * KiB), ("1MiB-bytes
          ("1MiB-tensor", "tensor", MiB), ("8MiB-tensor", "tensor", 8 * MiB),
          ("32MiB-tensor", "tensor", 32 * MiB)]
 SYSTEMS = ("executor", "executor-traced", "pipe")
+DROP_CASES = ("1MiB-bytes", "1MiB-tensor", "8MiB-tensor", "32MiB-tensor")
 
 
 def _reps(size: int, quick: bool) -> tuple[int, int]:
@@ -122,8 +126,11 @@ def _minflt() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _time_case(call: Any, kind: str, x: Any, n: int, faults: list[float] | None = None) -> list[float]:
-    """``n`` timed calls; each call's driver page faults appended to ``faults``."""
+def _time_case(call: Any, kind: str, x: Any, n: int, faults: list[float] | None = None,
+               drop: bool = False) -> list[float]:
+    """``n`` timed calls; each call's driver page faults appended to ``faults``.  The last
+    reply checked stays alive during the next call (``g``, as a caller's loop keeps it),
+    unless ``drop``: then nothing of a reply outlives its check."""
     out = []
     for _ in range(n):
         f0, t0 = _minflt(), now()
@@ -134,6 +141,8 @@ def _time_case(call: Any, kind: str, x: Any, n: int, faults: list[float] | None 
         for g in got:
             check(kind, x, g)
         del got
+        if drop:
+            del g
     return out
 
 
@@ -145,7 +154,7 @@ def child(system: str, quick: bool, pause: float) -> dict[str, dict[str, list[fl
     payloads = {name: payload(kind, size) for name, kind, size in CASES}
     # workload -> case -> seconds per call; "<workload>-faults": the driver's minor page faults per call
     samples: dict[str, dict[str, list[float]]] = {
-        "b2b": {}, "mixed": {}, "b2b-faults": {}, "mixed-faults": {}}
+        "b2b": {}, "mixed": {}, "drop": {}, "b2b-faults": {}, "mixed-faults": {}, "drop-faults": {}}
     if system == "pipe":  # "executor-before" runs as "executor", from another tree
         pipes = PipeEcho()
         call, close = pipes.echo, pipes.close
@@ -173,6 +182,12 @@ def child(system: str, quick: bool, pause: float) -> dict[str, dict[str, list[fl
             _time_case(call, kind, payloads[name], max(2, n // 10))
             samples["b2b-faults"][name] = []
             samples["b2b"][name] = _time_case(call, kind, payloads[name], n, samples["b2b-faults"][name])
+        for name, kind, size in CASES:
+            if name in DROP_CASES:
+                n = _reps(size, quick)[0] // 2
+                samples["drop-faults"][name] = []
+                samples["drop"][name] = _time_case(
+                    call, kind, payloads[name], n, samples["drop-faults"][name], drop=True)
     finally:
         close()
     return samples
@@ -232,14 +247,16 @@ def rows(pooled: dict[str, Any], before: dict[str, Any] | None = None) -> list[l
     from _stats import fmt_ratio, fmt_time, percentile
 
     out = []
-    for workload in ("b2b", "mixed"):
+    for workload in ("b2b", "mixed", "drop"):
         for name, _kind, _size in CASES:
+            if name not in pooled["executor"].get(workload, {}):
+                continue
             ex = pooled["executor"][workload][name]
             pipe = _p50(pooled["pipe"][workload][name])
             traced = pooled.get("executor-traced", {}).get(workload, {}).get(name, [])
-            old = before["executor"][workload].get(name) if before else None
+            old = before["executor"].get(workload, {}).get(name) if before else None
             if "executor-before" in pooled:  # measured in the same run: preferred
-                old = pooled["executor-before"][workload].get(name)
+                old = pooled["executor-before"].get(workload, {}).get(name)
             faults = pooled["executor"].get(f"{workload}-faults", {}).get(name)
             row = [workload, name, fmt_time(_p50(ex)), fmt_time(percentile(ex, 99)),
                    fmt_ratio(_p50(ex) / pipe), fmt_time(_p50(traced)) if traced else "n/a",

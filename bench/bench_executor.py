@@ -681,7 +681,7 @@ def roundtrip_main(args: argparse.Namespace) -> int:
     import _roundtrip
 
     t0 = now()
-    pooled = _roundtrip.run_all(args.quick)
+    pooled = _roundtrip.run_all(args.quick, before_tree=args.before_tree)
     before = json.loads(Path(args.before).read_text()) if args.before else None
     rows = _roundtrip.rows(pooled, before)
     print(text_table(_roundtrip.HEADER, rows))
@@ -707,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--roundtrip", action="store_true", help="only the large round trips "
                     "(payload there and back, back to back and mixed, vs Pipe)")
     ap.add_argument("--before", help="--roundtrip: JSON of an earlier --roundtrip run to compare")
+    ap.add_argument("--before-tree", help="--roundtrip: a checkout of an earlier version whose "
+                    "executor runs interleaved in the same run, as the 'before' columns")
     args = ap.parse_args(argv)
     if args.roundtrip:
         return roundtrip_main(args)

@@ -15,12 +15,16 @@ for them) to ``buffer_callback``, and the queue copies each buffer once into sha
 One copy on the way in: a queue reader asks ``frame_layout`` where a message goes before it
 copies its first chunk, and writes each out-of-band buffer straight into the object the
 caller will get: a ``bytes`` value into a new, not yet filled ``bytes`` object (flagged in
-its length field, see ``_WHOLE_BYTES``), anything else (arrays, tensors, bytearrays) into a
-new uninitialised ``bytearray`` that the rebuilt array or tensor is a view of.  ``decode``
-of such a ``Frame`` hands those objects to pickle, and ``_rebuild_bytes`` returns them as
-they are.  Nothing is zero-filled and nothing copied twice, so a cold allocator costs one
-page fault per page written, never a second pass.  Frames from elsewhere (TCP, tests) are
-plain bytes and decode as before (a ``bytes`` value is then copied out of the frame).
+its length field, see ``_WHOLE_BYTES``); numpy array data (tensors travel as arrays) of
+``recv_pool.POOLED_MIN`` or more (flagged ``_POOLED``) into a region of the executor's
+receive pool (``executor/recv_pool.py``: reused once the caller drops the result, so a warm
+driver takes no page faults for it); anything else (bytearrays, smaller arrays) into a new
+uninitialised ``bytearray``.  The rebuilt array or tensor is a view of that memory.
+``decode`` of such a ``Frame`` hands those objects to pickle, and ``_rebuild_bytes`` returns
+them as they are.  Nothing is zero-filled and nothing copied twice, so a cold allocator
+costs one page fault per page written, never a second pass.  Frames from elsewhere (TCP,
+tests) are plain bytes and decode as before (a ``bytes`` value is then copied out of the
+frame).
 
 Invariant: a ``bytes`` object is written only between its creation in ``frame_layout`` and
 the ``decode`` that publishes it; nobody else holds it (or its hash) before then.
@@ -44,6 +48,8 @@ from typing import Any
 
 import cloudpickle
 
+from executor.recv_pool import POOLED_MIN, pool
+
 _HEAD = struct.Struct("<BiIQQQQB")  # kind, reply rank (-1: all), out-of-band buffer count,
 #                                     pickle length, trace id (high, low), parent span, flags
 _COUNTS = struct.Struct("<BiIQ")  # the header's first four fields
@@ -54,6 +60,8 @@ _M64 = (1 << 64) - 1
 _LEN = struct.Struct("<Q")
 _SMALL = 256 << 10  # smaller buffers stay in-band: measured cheaper (64 KiB echo 105 -> 52 µs)
 _WHOLE_BYTES = 1 << 63  # set in a buffer's length: the buffer is a whole ``bytes`` value
+_POOLED = 1 << 62  # set in a buffer's length: numpy array data, may live in the receive pool
+_FLAGS = _WHOLE_BYTES | _POOLED
 
 
 def _uninitialised(kind: str) -> Callable[[int], Any]:
@@ -73,7 +81,7 @@ class Frame(bytearray):
     """A frame's header and pickle, with its out-of-band buffers as separate final objects."""
 
     __slots__ = ("buffers",)
-    buffers: list[bytes | bytearray]
+    buffers: list[bytes | bytearray | memoryview]  # memoryview: a receive-pool loan
 
 
 def _rebuild_tensor(array: Any) -> Any:
@@ -220,13 +228,18 @@ def encode(
     raws = [b.raw() for b in buffers]
     head = _HEAD.pack(kind, reply_rank, len(raws), len(body), trace_id >> 64, trace_id & _M64,
                       span_id, trace_flags)
-    head += b"".join(_LEN.pack(r.nbytes | _whole_bytes(r)) for r in raws)
+    head += b"".join(_LEN.pack(r.nbytes | _kind_flag(r)) for r in raws)
     return [head, body, *raws]
 
 
-def _whole_bytes(raw: memoryview) -> int:
+def _kind_flag(raw: memoryview) -> int:
+    """``_WHOLE_BYTES`` for a bytes value, ``_POOLED`` for numpy array data, else 0 (a
+    bytearray value, or another object's buffer: it arrives as a real bytearray)."""
     obj = raw.obj
-    return _WHOLE_BYTES if type(obj) is memoryview and type(obj.obj) is bytes else 0
+    if type(obj) is memoryview and type(obj.obj) is bytes:
+        return _WHOLE_BYTES
+    numpy = sys.modules.get("numpy")
+    return _POOLED if numpy is not None and isinstance(obj, numpy.ndarray) else 0
 
 
 def frame_layout(head: memoryview, total: int) -> tuple[Frame, list[memoryview]] | None:
@@ -241,19 +254,27 @@ def frame_layout(head: memoryview, total: int) -> tuple[Frame, list[memoryview]]
     if not n or _HEAD.size + 8 * n > len(head) or prefix > total:
         return None
     lens = struct.unpack_from(f"<{n}Q", head, _HEAD.size)
-    sizes = [x & ~_WHOLE_BYTES for x in lens]
+    sizes = [x & ~_FLAGS for x in lens]
     if prefix + sum(sizes) != total:
         return None
     frame = Frame(prefix)
-    frame.buffers = [_new_bytes(size) if x & _WHOLE_BYTES and size > 1 else _new_bytearray(size)
-                     for x, size in zip(lens, sizes, strict=True)]
+    frame.buffers = [_receive_buffer(x & _FLAGS, size) for x, size in zip(lens, sizes, strict=True)]
     return frame, [memoryview(frame), *map(_writable, frame.buffers)]
 
 
-def _writable(obj: bytes | bytearray) -> memoryview:
+def _receive_buffer(flag: int, size: int) -> bytes | bytearray | memoryview:
+    """The object an out-of-band buffer is copied into (and the caller's value is built on)."""
+    if flag == _WHOLE_BYTES and size > 1:
+        return _new_bytes(size)
+    if flag == _POOLED and size >= POOLED_MIN:
+        return pool.take(size)
+    return _new_bytearray(size)
+
+
+def _writable(obj: bytes | bytearray | memoryview) -> memoryview:
     if type(obj) is bytes:  # not yet published: see the module's invariant
         return memoryview((ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA)).cast("B")
-    return memoryview(obj)
+    return obj if type(obj) is memoryview else memoryview(obj)
 
 
 def peek(frame: bytes | bytearray) -> tuple[int, int]:
@@ -274,7 +295,7 @@ def decode(frame: bytes | bytearray) -> Any:
         frame = bytearray(frame)  # buffers must be writable: tensors and arrays are rebuilt on them
     view = memoryview(frame)
     pos = _HEAD.size + 8 * n_buffers
-    sizes = [_LEN.unpack_from(view, _HEAD.size + 8 * i)[0] & ~_WHOLE_BYTES for i in range(n_buffers)]
+    sizes = [_LEN.unpack_from(view, _HEAD.size + 8 * i)[0] & ~_FLAGS for i in range(n_buffers)]
     body = view[pos : pos + body_len]
     pos += body_len
     buffers = []

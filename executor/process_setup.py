@@ -4,7 +4,7 @@
         └─ prepare_process(boot) ─► fd hygiene (fork: close the driver's death-pipe write
            ends; forkserver: drop the forkserver's alive fd, adopt the driver's environ)
            ─► PR_SET_PDEATHSIG=SIGCONT ─► SIGTERM/SIGINT handlers ─► telemetry + failpoints
-           ─► thread cap ─► mallopt ─► death-pipe watcher thread  ──► ExitState
+           ─► thread cap ─► mallopt ─► receive pool ─► death-pipe watcher thread  ──► ExitState
 
 Invariants:
 - Only the driver holds the death pipe's write end (a forked child closes its inherited
@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Protocol
 
 import telemetry
-from executor import death_pipes, failpoints
+from executor import death_pipes, failpoints, recv_pool
 from executor.protocol import EXIT_PARENT_DIED
 from executor.worker_base import WorkerContext
 
@@ -77,6 +77,7 @@ def prepare_process(boot: ProcessBoot) -> ExitState:
     _cap_threads(boot.thread_cap, boot.ctx.rank)
     if boot.keep_buffers:
         _keep_freed_buffers()
+    recv_pool.pool.open_user()  # large request arrays reuse its regions for the process's life
     rec = telemetry.get_recorder()
     if rec.enabled:
         rec.event("worker.start", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid(),

@@ -32,8 +32,11 @@ Invariants:
 - An interrupt (KeyboardInterrupt in the driver) inside ``take`` can only lose a region
   (unmapped once unreferenced), never lend one twice: a region leaves the free list before
   its loan exists and returns only through that loan's callback.
-- A fork child starts with an empty pool (``os.register_at_fork``); loans it inherited come
-  back to its own pool, over its own private copies.
+- The pool keeps memory only while an executor of this process (or this worker process)
+  is alive: when the last one shuts down it drops its free regions, and loans that die
+  later are unmapped, not kept (``open_user`` / ``close_user``).
+- A fork child starts with an empty pool and no users (``os.register_at_fork``); loans it
+  inherited come back to its own pool, over its own private copies, once it has a user.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class RecvPool:
         # Each loan's weakref (so that its callback runs), by id: a ctypes array is unhashable.
         self._refs: dict[int, weakref.ref[Any]] = {}
         self.created = 0  # regions mapped so far (for tests and benchmarks)
+        self._users = 0  # live executors (and worker processes) in this process
 
     def take(self, n: int) -> memoryview:
         """A writable ``n``-byte view of a region no live object uses; it returns to the
@@ -110,7 +114,8 @@ class RecvPool:
     def _callback(self, region: _Region) -> Any:
         def gone(ref: weakref.ref[Any]) -> None:
             self._refs.pop(id(ref), None)
-            self._returned.append(region)
+            if self._users:  # else nobody will take it: unmapped once unreferenced
+                self._returned.append(region)
 
         return gone
 
@@ -129,10 +134,26 @@ class RecvPool:
             self._drain()
             return self._free_bytes
 
+    def open_user(self) -> None:
+        """An executor (or a worker process) starts using the pool."""
+        with self._lock:
+            self._users += 1
+
+    def close_user(self) -> None:
+        """An executor is done; once none is left, the pool holds no memory: free regions
+        are dropped now, lent ones when their last view dies (a callback racing this may
+        leave one region in ``_returned``, dropped by the next user's first ``take``)."""
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if not self._users:
+                self._free, self._free_bytes = {}, 0
+                self._returned.clear()
+
     def clear(self) -> None:
-        """Forget every free region (a fork child's pool starts empty)."""
+        """Forget every free region and user (a fork child's pool starts empty: the
+        parent's executors are not the child's)."""
         self._lock = threading.Lock()  # the parent may have held it at the fork
-        self._free, self._free_bytes = {}, 0
+        self._free, self._free_bytes, self._users = {}, 0, 0
         self._returned.clear()
 
 

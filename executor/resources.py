@@ -22,7 +22,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import telemetry
-from executor import death_pipes
+from executor import death_pipes, recv_pool
 from executor.config import ExecutorConfig
 from executor.launch import Wiring, WorkerHandle
 from executor.monitor import WorkerMonitor
@@ -62,6 +62,7 @@ class ExecutorResources:
         # but must never signal the parent's workers or wake the parent's waiters.
         self.owner_pid = os.getpid()
         self.failure_thread: threading.Thread | None = None  # runs shutdown + callbacks
+        recv_pool.pool.open_user()  # closed by the shutdown that runs (and only by it)
 
     def owned(self) -> bool:
         return os.getpid() == self.owner_pid
@@ -95,6 +96,7 @@ class ExecutorResources:
             self._stop_workers()
             self._release()
         finally:
+            recv_pool.pool.close_user()
             self.done.set()
             if span is not None:
                 span.end()

@@ -6,7 +6,8 @@ intact; a region is lent again only after every array, tensor or view of it died
 result, or a slice of one, is never overwritten by a later call); it is lent again after
 release (same address, few page faults); a result outlives ``shutdown``; a fork child gets
 private copies and an empty pool; bytearray values stay bytearrays; the bounds hold; many
-threads taking and dropping loans at once never share a region.
+threads taking and dropping loans at once never share a region; once the last executor of
+a process is gone the pool holds no memory, even for results dropped later.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import gc
 import os
 import resource
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -176,11 +179,13 @@ def test_a_fork_child_gets_private_copies_and_an_empty_pool(echo: MultiprocExecu
 
 def test_bounds_on_free_regions(monkeypatch: pytest.MonkeyPatch) -> None:
     own = RecvPool()
+    own.open_user()
     loans = [own.take(MiB) for _ in range(KEEP_PER_CLASS + 3)]
     del loans
     assert own.free_bytes() == KEEP_PER_CLASS * MiB
     monkeypatch.setattr(recv_pool, "KEEP_BYTES", 5 * MiB)
     other = RecvPool()
+    other.open_user()
     big = [other.take(2 * MiB) for _ in range(KEEP_PER_CLASS)]
     del big
     assert other.free_bytes() == 4 * MiB  # a third 2 MiB region would pass KEEP_BYTES
@@ -188,6 +193,7 @@ def test_bounds_on_free_regions(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_threads_never_share_a_region() -> None:
     own = RecvPool()
+    own.open_user()
     errors: list[str] = []
 
     def work(mark: int) -> None:
@@ -207,3 +213,41 @@ def test_threads_never_share_a_region() -> None:
         t.join()
     assert not errors
     assert own.created < 4 * 40 // 2  # reused, not one region per loan
+
+
+def test_the_pool_holds_memory_only_while_it_has_a_user() -> None:
+    own = RecvPool()
+    own.open_user()
+    kept = own.take(MiB)
+    dropped = own.take(MiB)
+    del dropped
+    assert own.free_bytes() == MiB
+    own.close_user()  # the last executor shut down: nothing is kept
+    assert own.free_bytes() == 0
+    del kept  # a loan that dies afterwards is unmapped, not kept
+    gc.collect()
+    assert own.free_bytes() == 0 and not own._returned
+
+
+def test_the_last_executor_leaves_no_pooled_memory_behind() -> None:
+    """In a fresh process: after shutdown, and after the caller drops a result it kept
+    across shutdown, the driver's pool holds nothing."""
+    script = """if True:
+        import gc, torch
+        from executor import ExecutorConfig, MultiprocExecutor
+        from executor.recv_pool import pool
+        ex = MultiprocExecutor(ExecutorConfig(tensor_parallel_size=2, start_method="fork"))
+        kept = ex.collective_rpc("echo", args=(torch.ones(2 << 20),))  # 8 MiB: pooled
+        ex.collective_rpc("echo", args=(torch.ones(2 << 20),))
+        assert pool.free_bytes() > 0, "the dropped reply went back to the pool"
+        ex.shutdown()
+        assert pool.free_bytes() == 0, pool.free_bytes()
+        assert float(kept[0].sum()) == 2 << 20  # still valid after shutdown
+        del kept
+        gc.collect()
+        assert pool.free_bytes() == 0 and not pool._returned
+        print("ok")
+    """
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=100)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

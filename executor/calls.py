@@ -54,6 +54,8 @@ from executor.errors import (
 from executor.protocol import FATAL, REPLY_OK, RemoteError
 from executor.serialization import decode, peek
 from executor.transport import MessageReader
+from telemetry import rpc_trace
+from telemetry.rpc_trace import RpcTrace
 
 _NO_LIMIT = float("inf")
 _time_ns = time.time_ns
@@ -70,7 +72,7 @@ class PendingCall:
     future: RpcFuture | None  # None for a blocking call: its caller reads value/error itself
     aggregator: Callable[[list[Any]], Any] | None = None
     outcomes: list[tuple[bool, Any]] = dataclasses.field(default_factory=list)
-    span: Any = None  # the driver's RPC span, when tracing
+    trace: RpcTrace | None = None  # the RPC's trace, when recorded (telemetry.rpc_trace)
     # Set once, under the collector's ``resolve_lock``: the collector, a blocking caller whose
     # deadline passed and a failing executor may all try to resolve a call at the same time.
     done: bool = False
@@ -225,20 +227,22 @@ class ReplyCollector:
         deadline = min(call.deadline, limit)
         while len(call.outcomes) < len(call.ranks):
             rank = call.ranks[len(call.outcomes)]
-            span = call.span
-            if span is None:
+            trace = call.trace
+            if trace is None:
                 outcome = self._read_reply(rank, call, deadline)
-            else:  # its dequeue span, inline: every traced RPC runs this (ClientSpan)
+            else:  # its dequeue span: a good reply's rank and times (telemetry.rpc_trace)
                 start_ns = _time_ns()
                 try:
                     outcome = self._read_reply(rank, call, deadline)
                 except BaseException as exc:
-                    span.dequeue_failed(rank, start_ns, exc)
+                    rpc_trace.dequeue_failed(self.recorder, trace, rank, start_ns, exc)
                     raise
                 if outcome is not None and outcome[0]:
-                    span._dequeued += (rank, start_ns, _time_ns())  # ClientSpan.dequeued
+                    trace += (rank, start_ns, _time_ns())
                 else:  # not read (timeout) or an error reply: a dequeue span at once
-                    self._dequeue_failed(span, rank, start_ns, outcome)
+                    rpc_trace.dequeue_failed(self.recorder, trace, rank, start_ns,
+                                             None if outcome is None else outcome[1],
+                                             timed_out=outcome is None)
             if outcome is None:
                 if time.monotonic() < call.deadline:
                     return False
@@ -249,14 +253,6 @@ class ReplyCollector:
         if not call.done:
             self._resolve_outcomes(call)
         return True
-
-    @staticmethod
-    def _dequeue_failed(span: Any, rank: int, start_ns: int, outcome: tuple[bool, Any] | None) -> None:
-        """A traced reply not read by its deadline (``outcome`` None) or an error reply."""
-        if outcome is None:
-            span.dequeue_failed(rank, start_ns, None, timed_out=True)
-        else:
-            span.dequeue_failed(rank, start_ns, outcome[1])
 
     def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
         reader = self.readers[rank]

@@ -57,9 +57,11 @@ from executor.remote_site import RemoteSite, release
 from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
-from executor.surfaces import RpcSpanLike
 from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
+from telemetry import rpc_trace
+from telemetry.journal import OWNER_SPAN
+from telemetry.rpc_trace import RpcTrace
 
 log = logging.getLogger("executor")
 FailureCallback = Callable[[], None]
@@ -348,50 +350,48 @@ class MultiprocExecutor:
         with self._send_lock:
             self._raise_failure()  # checked again under the lock: the queues may be closing
             call.rpc_id = next(self._ids)
-            span = None
+            trace = None
             if self._rec.enabled:
-                # The RPC's client span, begun before the request is sent (a driver that dies
+                # The RPC's span, begun before the request is sent (a driver that dies
                 # mid-RPC leaves it truncated); a child of the caller's current trace
-                # (OpenTelemetry context or TRACEPARENT), else a new trace.  Inline: each
-                # call level costs every traced RPC (bench/bench_rpc_tracing.py).
+                # (OpenTelemetry context or TRACEPARENT), else a new trace.  Its phases are
+                # plain data on the call until it ends (telemetry.rpc_trace).
                 name = _RPC_NAMES.get(call.method) or _rpc_span_name(call.method)
-                span = self._rec.start_client_span(name, telemetry.caller_parent(), call.rpc_id)
-                if span.ended:  # not sampled: no child spans, no context sent
-                    span = None
-            parts = self._encode(call, method, args, kwargs, reply_rank, span)
-            self._enqueue(call, parts, span)
-            call.span = span
+                trace = self._rec.begin_rpc(name, telemetry.caller_parent(), call.rpc_id)
+            parts = self._encode(call, method, args, kwargs, reply_rank, trace)
+            self._enqueue(call, parts, trace)
+            call.trace = trace
             self._collector.pending.append(call)
         return call
 
     def _encode(
         self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
-        reply_rank: int | None, span: RpcSpanLike | None,
+        reply_rank: int | None, trace: RpcTrace | None,
     ) -> list[Any]:
         try:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
             rank = ALL_RANKS if reply_rank is None else reply_rank
-            if span is None:
+            if trace is None:
                 return encode(REQUEST, rank, (method, args, kwargs), from_main(method))
-            # The span's context rides in the frame header (sent only for a sampled span).
+            # The span's context rides in the frame header (sent only for a recorded span).
             return encode(REQUEST, rank, (method, args, kwargs), from_main(method),
-                          span.trace_id, span.span_id, telemetry.FLAG_SAMPLED)
+                          trace[0], trace[1], telemetry.FLAG_SAMPLED)
         except KeyboardInterrupt:
-            if span is not None:
-                span.end(None)
+            if trace is not None:
+                self._end_trace(call, trace, None)
             raise
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             error = RequestPicklingError(
                 f"collective_rpc({call.method!r}): the method or its arguments cannot be "
                 f"pickled ({describe(exc)}); nothing was sent"
             )
-            if span is not None:
-                span.end(error)
+            if trace is not None:
+                self._end_trace(call, trace, error)
             raise error from exc
 
-    def _enqueue(self, call: PendingCall, parts: list[Any], span: RpcSpanLike | None) -> None:
-        start_ns = time.time_ns() if span is not None else 0
+    def _enqueue(self, call: PendingCall, parts: list[Any], trace: RpcTrace | None) -> None:
+        start_ns = time.time_ns() if trace is not None else 0
         deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
         try:
             if failpoints.ACTIVE:
@@ -402,27 +402,37 @@ class MultiprocExecutor:
         except QueueCorruptedError as exc:
             failure = ExecutorFailedError(f"request queue damaged: {exc}")
             self._fail(failure)
-            if span is not None:
-                span.end(failure)
+            if trace is not None:
+                self._end_trace(call, trace, failure)
             raise failure from exc
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
-            if span is not None:
-                span.enqueue_failed(start_ns, exc)
-                span.end(exc)
+            if trace is not None:
+                rpc_trace.enqueue_failed(self._rec, trace, start_ns, exc)
+                self._end_trace(call, trace, exc)
             raise
-        if span is not None:  # the enqueue span and the RPC's facts, written when it ends
-            span.sent(start_ns, call.rpc_id, sum(map(len, parts)), call.future is not None,
-                      call.timeout, call.ranks[0] if call.unique else None)
+        if trace is not None:  # the enqueue span and the body size (rpc_trace's items 2-4)
+            trace += (start_ns, time.time_ns(), sum(map(len, parts)))
 
     def _relieve(self) -> bool:
         """The rpc queue is full: collect the replies that are there (see shm_queue)."""
         return self._collector.collect_available()
 
     def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
-        if call.span is not None:
-            if error is not None:
-                call.span.set_attribute("faultlab.outcome", type(error).__name__)
-            call.span.end(error)
+        trace = call.trace
+        if trace is not None:
+            if error is None:  # the common case: one call, one record
+                rpc_trace.end_rpc(self._rec, trace, None, call.rpc_id, call.future is not None,
+                                  call.timeout, call.ranks[0] if call.unique else None)
+            else:
+                self._end_trace(call, trace, error)
+
+    def _end_trace(self, call: PendingCall, trace: RpcTrace, error: BaseException | None) -> None:
+        """End the RPC's span, with ``error`` (also its type as ``faultlab.outcome``)."""
+        if error is not None:
+            self._rec.write_attribute(OWNER_SPAN, trace[1], "faultlab.outcome",
+                                      type(error).__name__)
+        rpc_trace.end_rpc(self._rec, trace, error, call.rpc_id, call.future is not None,
+                          call.timeout, call.ranks[0] if call.unique else None)
 
     # ------------------------------------------------------------------ failure
 

@@ -2,7 +2,7 @@
 
     chaos (scenarios, proxies, workloads) ──uses──► ExecutorLike ◄── MultiprocExecutor, mutants,
     engine                                                            RecordingExecutor
-    executor (driver RPC spans)           ──uses──► SpanLike     ◄── telemetry.Span,
+    executor (startup, shutdown spans)    ──uses──► SpanLike     ◄── telemetry.Span,
                                                                      telemetry.NonRecordingSpan
 
 Invariants:
@@ -60,29 +60,10 @@ class SpanLike(Protocol):
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None: ...
 
 
-class RpcSpanLike(SpanLike, Protocol):
-    """The driver's span of one RPC (``telemetry.span.ClientSpan``): its phases are written
-    as compact records, expanded into the enqueue and dequeue spans when a run is read."""
-
-    trace_id: int
-    span_id: int
-
-    def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
-             timeout: float | None, reply_rank: int | None) -> None: ...
-
-    def enqueue_failed(self, start_ns: int, error: BaseException | str | None) -> None: ...
-
-    def dequeued(self, rank: int, start_ns: int) -> None: ...
-
-    def dequeue_failed(self, rank: int, start_ns: int, error: BaseException | str | None,
-                       timed_out: bool = False) -> None: ...
-
-
 if TYPE_CHECKING:  # mypy checks here that the real classes have these surfaces
     from executor.multiproc import MultiprocExecutor
     from telemetry import NonRecordingSpan, Span
-    from telemetry.span import ClientSpan
 
-    def _conforms(ex: MultiprocExecutor, span: Span, off: NonRecordingSpan, rpc: ClientSpan,
-                  ) -> tuple[ExecutorLike, SpanLike, SpanLike, RpcSpanLike]:
-        return ex, span, off, rpc
+    def _conforms(ex: MultiprocExecutor, span: Span, off: NonRecordingSpan,
+                  ) -> tuple[ExecutorLike, SpanLike, SpanLike]:
+        return ex, span, off

@@ -206,31 +206,33 @@ class WorkerProc:
             if must_reply:
                 self._send(msg_id, REPLY_ERROR, _annotated(exc, "could not unpickle the request"))
             return
-        spans: Any = _NO_SPANS
+        span_id = start_ns = 0
         if self.rec.enabled:
             hi, lo, parent, flags = TRACE_HEADER.unpack_from(frame, TRACE_AT)
             if parent:  # a traced RPC: its context rides in the frame header
-                # The execute span (telemetry.span.ServerSpan): its start record now, so a
-                # worker that dies in its method or before its reply is out leaves it open,
-                # truncated; one record once the reply is out ends it and carries the
-                # dequeue and reply-enqueue times (worker.dequeue / worker.reply_enqueue when
-                # read).  A method that returns ends the span when its reply starts (or at
-                # finish).  Rank and pid are the journal's, the rpc id is the parent's.
+                # The execute span: its start record now, so a worker that dies in its
+                # method or before its reply is out leaves it open, truncated; one record
+                # once the reply is out ends it and carries the dequeue and reply-enqueue
+                # times (worker.dequeue / worker.reply_enqueue when read).  Plain ints, no
+                # span object: every traced RPC runs this (telemetry.rpc_trace).  Rank and
+                # pid are the journal's, the rpc id is the parent's.
                 name = _EXECUTE_NAMES.get(method) if type(method) is str else None
                 if name is None:
                     name = _execute_name(method)
-                spans = self.rec.serve(name, hi, lo, parent, flags, waited_ns, got_ns)
-        kind, value = self._execute(msg_id, method, args, kwargs, spans)
+                start_ns = _time_ns()
+                span_id = self.rec.serve(name, hi, lo, parent, flags, start_ns)
+        kind, value = self._execute(msg_id, method, args, kwargs)
+        if not span_id:
+            if must_reply:
+                self._reply(msg_id, kind, value)
+            return
+        executed_ns = _time_ns()
         if must_reply:
-            reply_ns = _time_ns() if spans is not _NO_SPANS else 0
             self._reply(msg_id, kind, value)
-            spans.finish(reply_ns)
-        else:
-            spans.finish()
+        self.rec.served(span_id, waited_ns, got_ns, start_ns, executed_ns,
+                        executed_ns if must_reply else 0, value if kind == REPLY_ERROR else None)
 
-    def _execute(
-        self, msg_id: int, method: Any, args: tuple, kwargs: dict, spans: Any
-    ) -> tuple[int, Any]:
+    def _execute(self, msg_id: int, method: Any, args: tuple, kwargs: dict) -> tuple[int, Any]:
         try:
             if failpoints.ACTIVE:
                 failpoints.fire("worker.before_execute", rank=self.rank, msg_id=msg_id,
@@ -244,7 +246,6 @@ class WorkerProc:
                                 method=method_name(method))
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a method is an error reply
             self._reraise_if_terminating(exc)
-            spans.executed(exc)
             return REPLY_ERROR, RemoteError.capture(exc)
         return REPLY_OK, result
 
@@ -315,10 +316,6 @@ def _execute_name(method: Any) -> str:
     if type(method) is str and len(_EXECUTE_NAMES) < 1000:
         _EXECUTE_NAMES[method] = name
     return name
-
-
-# An untraced call: the execute span's calls, doing nothing (one shared instance).
-_NO_SPANS = telemetry.NonRecordingSpan(0, 0)
 
 
 def leave_loop() -> None:

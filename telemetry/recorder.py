@@ -48,9 +48,9 @@ from typing import Any, TypeVar
 
 from telemetry import journal as j
 from telemetry.config import OWNER_ENV, TMPDIR_ENV, Settings
+from telemetry.rpc_trace import RpcTrace
 from telemetry.span import (
     FLAG_SAMPLED,
-    ClientSpan,
     NonRecordingSpan,
     ServerSpan,
     Span,
@@ -62,6 +62,7 @@ _S = TypeVar("_S", bound=Span)
 
 _M64 = (1 << 64) - 1
 _pack_start = j.SPAN_START_S.pack_into
+_pack_times = j.PH_TIMES_S.pack_into
 _pack_end = j.SPAN_END_S.pack_into
 _pack_attr_int = j.ATTR_INT_S.pack_into
 _pack_attr_float = j.ATTR_FLOAT_S.pack_into
@@ -70,6 +71,7 @@ _TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
 # Record kinds and codes as plain globals: the hot path reads them without an attribute
 # lookup.  Writing itself is JournalWriter.append, the one record-writing function.
 _SPAN_START, _SPAN_END, _ATTRIBUTE = j.SPAN_START, j.SPAN_END, j.ATTRIBUTE
+_PHASES, _PH_SERVED, _STATUS_OK, _STATUS_ERROR = j.PHASES, j.PH_SERVED, j.STATUS_OK, j.STATUS_ERROR
 _OWNER_SPAN, _VT_STR, _VT_INT = j.OWNER_SPAN, j.VT_STR, j.VT_INT
 _FLAG_RPC, _TID_BITS, _TID_LIMIT = j.FLAG_RPC, j.TID_BITS, 1 << j.TID_BITS
 _RPC_LIMIT = 1 << (64 - j.TID_BITS)
@@ -118,20 +120,23 @@ class Recorder:
             self.write_attributes(_OWNER_SPAN, span.span_id, attributes)
         return span
 
-    def start_client_span(
-        self, name: str, parent: SpanContext | None = None, rpc_id: int = -1,
-    ) -> ClientSpan | NonRecordingSpan:
-        """An RPC's driver span; its enqueue and dequeue spans cost no records of their own.
-        Its start record carries ``rpc_id`` (when given), known even if the call never ends.
-        The common case is flat (every traced RPC runs it; see ``ClientSpan``)."""
+    def begin_rpc(
+        self, name: str, parent: SpanContext | None, rpc_id: int,
+    ) -> RpcTrace | None:
+        """An RPC's span in the driver: its start record now (carrying ``rpc_id``, known
+        even if the call never ends), before the request is sent; the trace the executor
+        fills (``telemetry.rpc_trace``), or None when the RPC is not recorded (not sampled,
+        or the journal is gone: no context is sent then).  The common case is flat."""
         if parent is None:
             trace_id, parent_id = self._bits(128) or 1, 0
             sampled = (trace_id & _M64) < self._root_bound
         else:
             trace_id, parent_id = parent.trace_id, parent.span_id
             sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
+        if not sampled:
+            return None
         writer = self._writer
-        if sampled and writer is not None and 0 <= rpc_id < _RPC_LIMIT:
+        if writer is not None and 0 <= rpc_id < _RPC_LIMIT:
             tid = self._thread_local.__dict__.get("tid")
             name_id = self._strings.get(name)
             if tid is not None and name_id is not None and tid < _TID_LIMIT:
@@ -141,45 +146,81 @@ class Recorder:
                                   trace_id & _M64, span_id, parent_id, _time_ns(),
                                   rpc_id << _TID_BITS | tid)
                 except _JOURNAL_ERRORS:
-                    return NonRecordingSpan(trace_id, span_id)
-                return ClientSpan(self, trace_id, span_id)
-        return self._start_ids(ClientSpan, name, trace_id, parent_id, sampled, None, rpc_id)
+                    return None
+                return RpcTrace((trace_id, span_id))
+        span = self._start_ids(Span, name, trace_id, parent_id, True, None, rpc_id)
+        return RpcTrace((trace_id, span.span_id)) if type(span) is Span else None
 
     def start_server_span(
         self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,
     ) -> ServerSpan | NonRecordingSpan:
         """A worker's execute span, starting now, child of the driver's span ``wire`` (the
         ``SpanContext.to_wire`` tuple from the request); the queue wait began at
-        ``waited_ns`` and the message was in hand at ``got_ns``."""
+        ``waited_ns`` and the message was in hand at ``got_ns``.  (The worker itself uses
+        ``serve`` and ``served``: the same records, without a span object.)"""
         trace_id, parent_id, flags = wire
-        return self.serve(name, trace_id >> 64, trace_id & _M64, parent_id, flags, waited_ns,
-                          got_ns)
+        now = _time_ns()
+        span_id = self.serve(name, trace_id >> 64, trace_id & _M64, parent_id, flags, now)
+        if not span_id:
+            return NonRecordingSpan(trace_id, self._bits(64) or 1)
+        return ServerSpan(self, trace_id, span_id, waited_ns, got_ns, now)
 
     def serve(
         self, name: str, trace_hi: int, trace_lo: int, parent_id: int, flags: int,
-        waited_ns: int, got_ns: int,
-    ) -> ServerSpan | NonRecordingSpan:
-        """``start_server_span`` from the request header's fields as they are (the worker
-        calls this on every traced RPC: the common case is flat, see ``ClientSpan``)."""
-        now = _time_ns()
+        start_ns: int,
+    ) -> int:
+        """A worker's execute span from the request header's fields as they are: its start
+        record, at ``start_ns``; its span id for ``served``, or 0 when it is not recorded.
+        The worker calls this on every traced RPC: the common case is flat (``rpc_trace``)."""
         writer = self._writer
         sampled = flags & FLAG_SAMPLED if self._parent_based else trace_lo < self._root_bound
-        if sampled and writer is not None:
+        if not sampled:
+            return 0
+        if writer is not None:
             tid = self._thread_local.__dict__.get("tid")
             name_id = self._strings.get(name)
             if tid is not None and name_id is not None:
                 span_id = self._bits(64) or 1
                 try:
                     writer.append(_pack_start, _SPAN_START, 0, 0, name_id, trace_hi, trace_lo,
-                                  span_id, parent_id, now, tid)
+                                  span_id, parent_id, start_ns, tid)
                 except _JOURNAL_ERRORS:
-                    return NonRecordingSpan(trace_hi << 64 | trace_lo, span_id)
-                return ServerSpan(self, trace_hi << 64 | trace_lo, span_id, waited_ns, got_ns, now)
-        span = self._start_ids(ServerSpan, name, trace_hi << 64 | trace_lo, parent_id,
-                               bool(sampled), now)
-        if type(span) is ServerSpan:
-            span._waited, span._got, span._unpickled = waited_ns, got_ns, now
-        return span
+                    return 0
+                return span_id
+        span = self._start_ids(Span, name, trace_hi << 64 | trace_lo, parent_id, True, start_ns)
+        return span.span_id if type(span) is Span else 0
+
+    def served(
+        self, span_id: int, waited_ns: int, got_ns: int, start_ns: int, executed_ns: int,
+        reply_ns: int, error: tuple[str, str, str] | None = None,
+    ) -> None:
+        """The worker's reply is out (``reply_ns``: when it began; 0: no reply was due): one
+        PH_SERVED record ends execute span ``span_id`` at ``executed_ns`` and carries its
+        dequeue and reply times.  ``error``: (type name, message, traceback text) of what
+        the method raised (the executor's ``RemoteError``)."""
+        done = _time_ns()
+        writer = self._writer
+        if writer is None:
+            return
+        status = message_id = 0
+        try:
+            if error is None:
+                status = _STATUS_OK
+            else:
+                status, message_id = _STATUS_ERROR, self._served_error(span_id, error)
+            writer.append(_pack_times, _PHASES, status, _PH_SERVED, message_id, span_id,
+                          waited_ns, got_ns, start_ns, executed_ns, reply_ns, done)
+        except _JOURNAL_ERRORS:
+            pass
+
+    def _served_error(self, span_id: int, error: tuple[str, str, str]) -> int:
+        """The ``exception`` event of a failed execution; the id of its status message."""
+        type_name, message, stacktrace = error
+        self.write_event(span_id, "exception", {
+            "exception.type": type_name, "exception.message": message,
+            "exception.stacktrace": stacktrace[-4000:],
+        })
+        return self._intern(f"{type_name.rsplit('.', 1)[-1]}: {message}")
 
     def _start(
         self, cls: type[_S], name: str, parent: SpanContext | None, start_ns: int | None,

@@ -4,16 +4,14 @@ Data flow::
 
     Recorder.start_span ──► Span (sampled: writes records through its Recorder)
                        └──► NonRecordingSpan (not sampled or off: writes nothing)
-    Recorder.start_client_span ──► ClientSpan   (an RPC in the driver)
+    Recorder.begin_rpc ──► rpc_trace.RpcTrace  (an RPC in the driver, as plain data)
     Recorder.start_server_span ──► ServerSpan   (its execution in a worker)
     span.context ──► SpanContext.to_wire ──► (trace_id, span_id, flags) ──► from_wire
 
-An RPC's child spans are not written as spans: ``ClientSpan`` writes its PHASES records
-when it ends (enqueue times, the RPC's attributes, dequeue times): one ``PH_CALL`` for a plain
-successful call to one or two ranks (which also ends the span), else ``PH_SENT`` and one
-record per three ranks, the last of a successful call ``PH_DONE`` (which ends it);
-``ServerSpan`` writes one PHASES record after the reply (dequeue,
-execute end, reply times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
+An RPC's child spans are not written as spans: the driver writes its PHASES records when
+the RPC ends (``telemetry.rpc_trace``: enqueue times, the RPC's attributes, dequeue times);
+``ServerSpan`` writes one PHASES record after the reply (dequeue, execute end, reply
+times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
 ``WORKER_DEQUEUE`` and ``REPLY_ENQUEUE`` spans, with the attributes and kinds a span of
 each would have had.  Failed phases (rare) are written as classic spans.
 
@@ -46,14 +44,9 @@ _M64 = (1 << 64) - 1
 FLAG_SAMPLED = 0x01  # W3C trace flag on the wire
 _STATUS_OK, _SPAN_END, _PHASES = j.STATUS_OK, j.SPAN_END, j.PHASES
 _pack_end = j.SPAN_END_S.pack_into
-_pack_sent = j.PH_SENT_S.pack_into
 _pack_times = j.PH_TIMES_S.pack_into
-_MAX_PH_SIZE = j.MAX_PH_SIZE
-_RPC_IN_START = 1 << (64 - j.TID_BITS)  # rpc ids the start record can carry (FLAG_RPC)
 _time_ns = time.time_ns
-_PH_SENT, _PH_DEQUEUED, _PH_SERVED, _PH_DONE = j.PH_SENT, j.PH_DEQUEUED, j.PH_SERVED, j.PH_DONE
-_PH_CALL = j.PH_CALL
-_PH_NON_BLOCK, _PH_TIMEOUT, _PH_REPLY_RANK = j.PH_NON_BLOCK, j.PH_TIMEOUT, j.PH_REPLY_RANK
+_PH_SERVED = j.PH_SERVED
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 
 # The names of an RPC's child spans (expanded from PHASES records by ``assemble``).
@@ -160,16 +153,7 @@ class Span:
         self._rec.write_end(self.span_id, j.STATUS_ERROR, message, 0, end_ns)
 
     def _error_message(self, error: BaseException | str) -> str:
-        """The status message of an error; an exception also gets its ``exception`` event."""
-        if not isinstance(error, BaseException):
-            return _safe_str(error)
-        text = _safe_str(error)
-        self._rec.write_event(self.span_id, "exception", {
-            "exception.type": type(error).__qualname__,
-            "exception.message": text,
-            "exception.stacktrace": _stacktrace(error)[-4000:],
-        })
-        return f"{type(error).__name__}: {text}"
+        return error_message(self._rec, self.span_id, error)
 
     def __enter__(self) -> Span:
         return self
@@ -181,116 +165,18 @@ class Span:
         self.end(exc)
 
 
-class ClientSpan(Span):
-    """An RPC's span in the driver.  Its enqueue and per-rank dequeue spans are PHASES
-    records written when it ends: ``sent`` and ``dequeued`` only remember the times.  A
-    successful call to ranks 0 and 1 without timeout or reply rank (the common case) ends
-    with one ``PH_CALL`` record: two records per RPC, its start and that.  Any other call
-    writes ``PH_SENT``, then one record per three ranks, the last ``PH_DONE`` on success.
-
-    The common case is written flat (few bytecodes, no calls but the append): in a running
-    executor this code is cold in every cache, and each bytecode costs about three times
-    what it costs in a loop (bench/bench_rpc_tracing.py)."""
-
-    __slots__ = ("_dequeued", "_plain", "_sent")
-
-    def __init__(self, rec: Recorder, trace_id: int, span_id: int) -> None:
-        self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
-        self._ctx: SpanContext | None = None
-        self.ended = False
-        self._dequeued: list[int] = []  # rank, start_ns, end_ns, rank, ... (ranks ascending)
-        self._sent: tuple[Any, ...] | None = None
-        self._plain: tuple[int, int, int, int] | None = None  # PH_CALL's flags, size, times
-
-    def sent(self, start_ns: int, rpc_id: int, size: int, non_block: bool,
-             timeout: float | None, reply_rank: int | None) -> None:
-        """The request is out: the enqueue span (``start_ns`` to now) and the RPC's facts."""
-        now = _time_ns()
-        self._sent = (start_ns, now, rpc_id, size, non_block, timeout, reply_rank)
-        if timeout is None and reply_rank is None and 0 <= rpc_id < _RPC_IN_START:
-            self._plain = (_PH_NON_BLOCK if non_block else 0,
-                           size if size < _MAX_PH_SIZE else _MAX_PH_SIZE, start_ns, now)
-
-    def enqueue_failed(self, start_ns: int, error: BaseException | str | None) -> None:
-        self._rec.start_span(ENQUEUE, self.context, None, start_ns).end(error)
-
-    def dequeued(self, rank: int, start_ns: int) -> None:
-        """Rank ``rank``'s reply was read (from ``start_ns`` to now), successfully; ranks
-        are read in ascending order.  (The collector inlines this: it adds to ``_dequeued``.)"""
-        self._dequeued += (rank, start_ns, _time_ns())
-
-    def dequeue_failed(self, rank: int, start_ns: int, error: BaseException | str | None,
-                       timed_out: bool = False) -> None:
-        """A reply that was not read (timeout, exception) or was an error: a classic span."""
-        attributes = {"faultlab.outcome": "timeout"} if timed_out else None
-        self._rec.start_span(dequeue_name(rank), self.context, attributes, start_ns).end(error)
-
-    def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
-        """As ``Span.end``; a successful RPC whose replies were read ends with its last
-        PHASES record (it ends when its last reply was read)."""
-        flat, plain = self._dequeued, self._plain
-        if (plain is not None and error is None and end_ns is None and len(flat) == 6
-                and flat[3] == 1 and not self.ended):  # ranks 0 and 1 read: PH_CALL
-            self.ended = True
-            writer = self._rec._writer
-            if writer is not None:
-                try:
-                    writer.append(_pack_times, _PHASES, plain[0], _PH_CALL, plain[1],
-                                  self.span_id, plain[2], plain[3], flat[1], flat[2],
-                                  flat[4], flat[5])
-                except _JOURNAL_ERRORS:
-                    pass
-            return
-        self._end_phases(error, end_ns)
-
-    def _end_phases(self, error: BaseException | str | None, end_ns: int | None) -> None:
-        """``end`` of any call but the common case: PH_SENT, the dequeue records, the end."""
-        if self.ended:
-            return
-        flat, sent = self._dequeued, self._sent
-        self._dequeued, self._sent = [], None
-        writer = self._rec._writer
-        if writer is None:
-            self.ended = True
-            return
-        try:
-            if sent is not None:
-                start, sent_ns, rpc_id, size, non_block, timeout, reply_rank = sent
-                flags = (_PH_NON_BLOCK if non_block else 0) | (0 if timeout is None else _PH_TIMEOUT)
-                if reply_rank is None:
-                    reply_rank = -1
-                else:
-                    flags |= _PH_REPLY_RANK
-                writer.append(_pack_sent, _PHASES, flags, _PH_SENT, 0, self.span_id, start,
-                              sent_ns, rpc_id, size, float(timeout or 0.0), reply_rank)
-            if flat and error is None and end_ns is None:
-                self.ended = True
-                self._write_dequeued(writer, flat, _PH_DONE)
-                return
-            if flat:
-                self._write_dequeued(writer, flat, _PH_DEQUEUED)
-        except _JOURNAL_ERRORS:
-            pass
-        super().end(error, end_ns)
-
-    def _write_dequeued(self, writer: Any, flat: list[int], last: int) -> None:
-        """One record per run of up to ``PH_DEQUEUE_RANKS`` ranks starting at its first;
-        the last one's layout is ``last``."""
-        if len(flat) == 6 and flat[0] == 0 and flat[3] == 1:  # TP=2
-            writer.append(_pack_times, _PHASES, _STATUS_OK, last, 0, self.span_id,
-                          flat[1], flat[2], flat[4], flat[5], 0, 0)
-            return
-        per = j.PH_DEQUEUE_RANKS
-        i = 0
-        while i < len(flat):
-            base = flat[i]
-            times = [0] * (2 * per)
-            while i < len(flat) and 0 <= flat[i] - base < per:
-                k = 2 * (flat[i] - base)
-                times[k], times[k + 1] = flat[i + 1], flat[i + 2]
-                i += 3
-            layout = last if i >= len(flat) else _PH_DEQUEUED
-            writer.append(_pack_times, _PHASES, _STATUS_OK, layout, base, self.span_id, *times)
+def error_message(rec: Recorder, span_id: int, error: BaseException | str) -> str:
+    """The status message of an error; an exception also gets its ``exception`` event on
+    span ``span_id``."""
+    if not isinstance(error, BaseException):
+        return _safe_str(error)
+    text = _safe_str(error)
+    rec.write_event(span_id, "exception", {
+        "exception.type": type(error).__qualname__,
+        "exception.message": text,
+        "exception.stacktrace": _stacktrace(error)[-4000:],
+    })
+    return f"{type(error).__name__}: {text}"
 
 
 class ServerSpan(Span):
@@ -372,19 +258,7 @@ class NonRecordingSpan:
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
         pass
 
-    # The ClientSpan and ServerSpan calls, for an RPC that is not recorded.
-    def sent(self, *args: Any) -> None:
-        pass
-
-    def enqueue_failed(self, *args: Any) -> None:
-        pass
-
-    def dequeued(self, *args: Any) -> None:
-        pass
-
-    def dequeue_failed(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
+    # The ServerSpan calls, for an execution that is not recorded.
     def executed(self, error: BaseException | None) -> None:
         pass
 

@@ -11,8 +11,10 @@ import telemetry
 from executor import ExecutorConfig, MultiprocExecutor
 from executor.errors import WorkerError
 from telemetry import journal as j
+from telemetry import rpc_trace
 from telemetry.assemble import RecordedSpan, read_run
-from telemetry.span import ClientSpan, ServerSpan
+from telemetry.rpc_trace import RpcTrace
+from telemetry.span import ServerSpan
 
 TELEMETRY = Path(telemetry.__file__).parent
 
@@ -24,16 +26,22 @@ def _by_name(spans: list[RecordedSpan]) -> dict[str, list[RecordedSpan]]:
     return out
 
 
-def _rpc_then_worker(rec: telemetry.Recorder) -> tuple[ClientSpan, ServerSpan]:
-    rpc = rec.start_client_span("rpc m", None, 7)
-    assert isinstance(rpc, ClientSpan)
+def _rpc_then_worker(rec: telemetry.Recorder) -> tuple[RpcTrace, ServerSpan]:
+    rpc = rec.begin_rpc("rpc m", None, 7)
+    assert isinstance(rpc, RpcTrace)
     t0 = time.time_ns()
-    rpc.sent(t0, 7, 123, True, 2.5, 5)
+    rpc += (t0, time.time_ns(), 123)  # the request is out: enqueue times, body size
     wire = telemetry.SpanContext.to_wire(rpc.context)
     assert wire is not None
     server = rec.start_server_span("worker.execute m", wire, t0 - 1000, t0)
     assert isinstance(server, ServerSpan)
     return rpc, server
+
+
+def _read(rpc: RpcTrace, rank: int) -> None:
+    """The collector read rank ``rank``'s reply, successfully."""
+    start = time.time_ns()
+    rpc += (rank, start, time.time_ns())
 
 
 def test_phases_expand_into_named_spans_with_parents_kinds_and_attributes(trace_dir: Path) -> None:
@@ -44,8 +52,8 @@ def test_phases_expand_into_named_spans_with_parents_kinds_and_attributes(trace_
     server.reply_start()
     server.finish()
     for rank in (0, 1, 2, 3, 5):  # ranks 0-2 share a record, 3 and 5 the next
-        rpc.dequeued(rank, time.time_ns())
-    rpc.end()
+        _read(rpc, rank)
+    rpc_trace.end_rpc(rec, rpc, None, 7, True, 2.5, 5)
     telemetry.shutdown()
 
     spans = read_run(trace_dir)
@@ -84,7 +92,7 @@ def test_a_begin_without_its_complete_loads_truncated(trace_dir: Path) -> None:
     rec = telemetry.get_recorder()
     rpc, server = _rpc_then_worker(rec)
     server.executed(None)  # the reply never goes out: no complete record
-    rpc.dequeued(0, time.time_ns())  # kept in memory only until the RPC span ends
+    _read(rpc, 0)  # kept in memory only until the RPC span ends
     telemetry.shutdown()
 
     names = _by_name(read_run(trace_dir))
@@ -147,18 +155,20 @@ def test_only_journal_append_writes_records() -> None:
 
 
 def test_rpc_span_ends_with_its_last_dequeue_or_with_its_error(trace_dir: Path) -> None:
-    """TP=2 success: one PH_DONE record ends the span at the last reply read; an error
-    still writes the dequeues, then a classic end with the status."""
+    """TP=2 success with a timeout (not a plain call): PH_SENT, then one PH_DONE record ends
+    the span at the last reply read; an error still writes the dequeues, then a classic end
+    with the status."""
     telemetry.configure_process("driver")
     rec = telemetry.get_recorder()
-    ok = rec.start_client_span("rpc ok")
-    bad = rec.start_client_span("rpc bad")
-    assert isinstance(ok, ClientSpan) and isinstance(bad, ClientSpan)
-    for span in (ok, bad):
+    ok = rec.begin_rpc("rpc ok", None, 1)
+    bad = rec.begin_rpc("rpc bad", None, 2)
+    assert isinstance(ok, RpcTrace) and isinstance(bad, RpcTrace)
+    for rpc in (ok, bad):
+        rpc += (time.time_ns(), time.time_ns(), 10)
         for rank in (0, 1):
-            span.dequeued(rank, time.time_ns())
-    ok.end()
-    bad.end("boom")
+            _read(rpc, rank)
+    rpc_trace.end_rpc(rec, ok, None, 1, False, 5.0, None)
+    rpc_trace.end_rpc(rec, bad, "boom", 2, False, None, None)
     telemetry.shutdown()
 
     names = _by_name(read_run(trace_dir))
@@ -189,13 +199,13 @@ def test_a_plain_call_ends_with_one_record_that_loads_as_every_phase(trace_dir: 
     load as the RPC span (rpc id, size, end at the last reply) with its enqueue and dequeues."""
     telemetry.configure_process("driver")
     rec = telemetry.get_recorder()
-    rpc = rec.start_client_span("rpc plain", None, 41)
-    assert isinstance(rpc, ClientSpan)
+    rpc = rec.begin_rpc("rpc plain", None, 41)
+    assert isinstance(rpc, RpcTrace)
     t0 = time.time_ns()
-    rpc.sent(t0, 41, 99, False, None, None)
+    rpc += (t0, time.time_ns(), 99)
     for rank in (0, 1):
-        rpc.dequeued(rank, time.time_ns())
-    rpc.end()
+        _read(rpc, rank)
+    rpc_trace.end_rpc(rec, rpc, None, 41, False, None, None)
     telemetry.shutdown()
 
     phases = _records(trace_dir, j.PHASES)

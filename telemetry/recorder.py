@@ -216,6 +216,7 @@ class Recorder:
     def _served_error(self, span_id: int, error: tuple[str, str, str]) -> int:
         """The ``exception`` event of a failed execution; the id of its status message."""
         type_name, message, stacktrace = error
+        type_name = type_name.removeprefix("builtins.")  # as the driver's: ValueError
         self.write_event(span_id, "exception", {
             "exception.type": type_name, "exception.message": message,
             "exception.stacktrace": stacktrace[-4000:],

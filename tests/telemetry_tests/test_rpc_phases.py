@@ -126,6 +126,12 @@ def test_failed_phases_are_spans_with_their_errors(trace_dir: Path) -> None:
     assert len(executes) == 2 and {s.status for s in executes} == {"ERROR"}
     assert all("on purpose" in s.status_message for s in executes)
     assert all(any(e.name == "exception" for e in s.events) for s in executes)
+    for s in executes:  # the worker's error, from the RemoteError its reply carries
+        (event,) = [e for e in s.events if e.name == "exception"]
+        assert event.attributes["exception.type"] == "ValueError"
+        assert event.attributes["exception.message"] == "on purpose"
+        assert "raise ValueError(message)" in event.attributes["exception.stacktrace"]
+        assert s.status_message == "ValueError: on purpose"
     assert len(names["worker.dequeue"]) == len(names["worker.reply_enqueue"]) == 2
     dequeues = [s for s in trace if s.name.startswith("executor.dequeue rank ")]
     assert dequeues and {s.status for s in dequeues} == {"ERROR"}

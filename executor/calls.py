@@ -239,13 +239,14 @@ class ReplyCollector:
                     raise
                 if outcome is not None and outcome[0]:
                     trace += (rank, start_ns, _time_ns())
-                else:  # not read (timeout) or an error reply: a dequeue span at once
-                    rpc_trace.dequeue_failed(self.recorder, trace, rank, start_ns,
-                                             None if outcome is None else outcome[1],
-                                             timed_out=outcome is None)
+                elif outcome is not None:  # an error reply: a dequeue span at once
+                    rpc_trace.dequeue_failed(self.recorder, trace, rank, start_ns, outcome[1])
             if outcome is None:
                 if time.monotonic() < call.deadline:
-                    return False
+                    return False  # only the caller's limit passed: the reply may still come
+                if trace is not None:  # the call's own deadline passed: a timed-out dequeue
+                    rpc_trace.dequeue_failed(self.recorder, trace, rank, start_ns, None,
+                                             timed_out=True)
                 self.resolve(call, self.timeout_error(call, rank))
                 return True
             call.outcomes.append(outcome)

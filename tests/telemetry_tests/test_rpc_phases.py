@@ -231,3 +231,42 @@ def test_a_plain_call_ends_with_one_record_that_loads_as_every_phase(trace_dir: 
     assert deq[1].end_ns == client.end_ns
     assert all(s.parent_span_id == client.span_id for s in (enqueue, *deq))
     assert client.tid == enqueue.tid and client.tid > 0  # the thread id shares the rpc id's field
+
+
+def test_polling_a_traced_future_before_its_reply_records_no_timeout(trace_dir: Path) -> None:
+    """``future.result(timeout=...)`` that gives up before the reply, then succeeds: the RPC
+    is one successful span with its two dequeues, no dequeue span marked as a timeout (only
+    the call's own deadline makes one)."""
+    telemetry.configure_process("driver")
+    cfg = ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2,
+                         start_method="fork")
+    with MultiprocExecutor(cfg) as ex:
+        future = ex.collective_rpc("sleep", args=(0.3,), non_block=True)
+        for _ in range(3):
+            try:
+                future.result(timeout=0.02)
+            except TimeoutError:
+                pass
+            else:
+                raise AssertionError("the reply came before the sleep ended")
+        future.result(timeout=10)
+        try:
+            ex.collective_rpc("sleep", args=(1.0,), timeout=0.2)
+        except Exception:  # noqa: BLE001 - the executor's timeout error
+            pass
+        else:
+            raise AssertionError("a 1 s sleep did not time out at 0.2 s")
+    telemetry.shutdown()
+
+    spans = read_run(trace_dir)
+    rpcs = [s for s in spans if s.name == "rpc sleep"]
+    assert len(rpcs) == 2
+    polled, timed_out = sorted(rpcs, key=lambda s: s.start_ns)
+    assert polled.status == "OK"
+    kids = [s for s in spans if s.parent_span_id == polled.span_id
+            and s.name.startswith("executor.dequeue")]
+    assert sorted(s.name for s in kids) == ["executor.dequeue rank 0", "executor.dequeue rank 1"]
+    assert all(s.attributes.get("faultlab.outcome") != "timeout" for s in kids)
+    late = [s for s in spans if s.parent_span_id == timed_out.span_id
+            and s.attributes.get("faultlab.outcome") == "timeout"]
+    assert timed_out.status == "ERROR" and len(late) == 1

@@ -41,6 +41,7 @@ _PH_SENT, _PH_DEQUEUED, _PH_DONE, _PH_CALL = j.PH_SENT, j.PH_DEQUEUED, j.PH_DONE
 _PH_NON_BLOCK, _PH_TIMEOUT, _PH_REPLY_RANK = j.PH_NON_BLOCK, j.PH_TIMEOUT, j.PH_REPLY_RANK
 _pack_times, _pack_sent = j.PH_TIMES_S.pack_into, j.PH_SENT_S.pack_into
 _MAX_PH_SIZE = j.MAX_PH_SIZE
+_RPC_IN_START = 1 << (64 - j.TID_BITS)  # rpc ids the start record carries (FLAG_RPC)
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 
 # Item positions.
@@ -90,7 +91,7 @@ def end_rpc(
     if writer is None:
         return
     if (error is None and len(trace) == 11 and trace[5] == 0 and trace[8] == 1
-            and timeout is None and reply_rank is None):
+            and timeout is None and reply_rank is None and rpc_id < _RPC_IN_START):
         size = trace[SIZE]
         try:
             writer.append(_pack_times, _PHASES, _PH_NON_BLOCK if non_block else 0, _PH_CALL,

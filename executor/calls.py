@@ -189,7 +189,7 @@ class ReplyCollector:
         except KeyboardInterrupt as exc:
             # The interrupted frames would keep views of the shared-memory rings alive (the
             # caller may keep the exception): the rings could then never be unmapped.
-            _drop_locals(exc.__traceback__)
+            drop_locals(exc.__traceback__)
             raise
 
     def _drain_locked(self, wanted: Callable[[], bool], limit: float) -> None:
@@ -362,9 +362,11 @@ class ReplyCollector:
             settle(call.future, result=call.value, error=call.error)
 
 
-def _drop_locals(tb: TracebackType | None) -> None:
+def drop_locals(tb: TracebackType | None) -> None:
     """Clear the locals of every finished frame below the first in ``tb`` (the traceback
-    still shows where it happened)."""
+    still shows where it happened): a queue end's frames may hold slices of a ring (a
+    signal lands at the first bytecode after a C call, e.g. inside ``shm_ring.digest``),
+    and an exception the caller keeps must not keep the ring mapped (and its memfd open)."""
     tb = tb.tb_next if tb is not None else None
     while tb is not None:
         try:

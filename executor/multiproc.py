@@ -41,7 +41,7 @@ from typing import Any
 import telemetry
 from executor import failpoints, shm
 from executor.call_checks import check_call, from_main
-from executor.calls import PendingCall, ReplyCollector, RpcFuture
+from executor.calls import PendingCall, ReplyCollector, RpcFuture, drop_locals
 from executor.config import ExecutorConfig
 from executor.errors import (
     ExecutorFailedError,
@@ -400,12 +400,14 @@ class MultiprocExecutor:
             if failpoints.ACTIVE:
                 failpoints.fire("driver.after_enqueue", msg_id=call.rpc_id, method=call.method)
         except QueueCorruptedError as exc:
+            drop_locals(exc.__traceback__)
             failure = ExecutorFailedError(f"request queue damaged: {exc}")
             self._fail(failure)
             if trace is not None:
                 self._end_trace(call, trace, failure)
             raise failure from exc
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
+            drop_locals(exc.__traceback__)  # the writer's frames may hold slices of the ring
             if trace is not None:
                 rpc_trace.enqueue_failed(self._rec, trace, start_ns, exc)
                 self._end_trace(call, trace, exc)

@@ -186,8 +186,8 @@ class ReplyCollector:
         """Collect pending calls in order while ``wanted()``; the caller holds ``lock``."""
         try:
             self._drain_locked(wanted, limit)
-        except KeyboardInterrupt as exc:
-            # The interrupted frames would keep views of the shared-memory rings alive (the
+        except BaseException as exc:  # Ctrl-C, MemoryError while assembling a reply, ...
+            # The frames it left would keep views of the shared-memory rings alive (the
             # caller may keep the exception): the rings could then never be unmapped.
             drop_locals(exc.__traceback__)
             raise

@@ -86,3 +86,31 @@ def test_a_kept_ctrl_c_from_inside_the_request_write_does_not_keep_the_ring_mapp
     assert ex.collective_rpc("echo", args=(1,), timeout=10) == [1, 1]  # still in step
     ex.shutdown()
     assert _memfds() <= before, "the kept KeyboardInterrupt kept the request ring mapped"
+
+
+def test_a_kept_error_from_inside_a_reply_read_does_not_keep_the_ring_mapped(
+    make_executor: Callable[..., MultiprocExecutor], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A MemoryError while the driver lays out a large reply (its frames hold a slice of the
+    reply ring) reaches the caller, who keeps it; shutdown must still unmap the ring."""
+    real = shm_queue.partial_for
+    fired: list[bool] = []
+
+    def partial_for_out_of_memory(msg_id: int, total: int, head: Any, layout: Any) -> Any:
+        if not fired:
+            fired.append(True)
+            raise MemoryError(f"cannot allocate {total} bytes")  # ``head`` is a ring slice
+        return real(msg_id, total, head, layout)
+
+    before = _memfds()
+    ex = make_executor()
+    monkeypatch.setattr(shm_queue, "partial_for", partial_for_out_of_memory)
+    kept: list[BaseException] = []
+    try:
+        ex.collective_rpc("echo", args=(os.urandom(2 << 20),), timeout=10)
+    except MemoryError as exc:
+        kept.append(exc)
+    monkeypatch.setattr(shm_queue, "partial_for", real)
+    assert kept, "the reply was read without the layout failing"
+    ex.shutdown()
+    assert _memfds() <= before, "the kept MemoryError kept a reply ring mapped"

@@ -158,7 +158,9 @@ class CorruptQueue(Fault):
     recovers), clobber_seq / clobber_flags / overwrite_unread (metadata damage: fatal),
     drop (a consistent ABORT: the message silently vanishes; the call hits its deadline);
     clear_written / all_ff hit a chunk just after it was published (its written flag cleared,
-    or every metadata byte set to 0xFF): fatal, detected against the published seq.
+    or every metadata byte set to 0xFF): fatal, detected against the published seq, which
+    also claims the next message, so readers that took the chunk before the damage landed
+    see it too.
     """
 
     kind: ClassVar[str] = "corrupt_queue"

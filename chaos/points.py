@@ -96,9 +96,16 @@ def _corrupt(fault: Any, ctx: dict[str, Any]) -> None:
 
 
 def damage_chunk(ring: ShmRingBuffer, index: int, mode: str) -> None:
-    """Damage chunk ``index`` of ``ring`` the way ``mode`` (a key of ``DAMAGE``) says."""
+    """Damage chunk ``index`` of ``ring`` the way ``mode`` (a key of ``DAMAGE``) says.
+
+    A chunk damaged after it was published (``AFTER_PUBLISH``) may already have been taken
+    by every reader, which then never looks at it again; the header also claims the next
+    message published, so a reader that took it finds the next one published but not
+    written: the same damage, seen whichever side of the race the readers were on."""
     meta = ChunkMeta(ring.buf, ring.metas[index])
     DAMAGE[mode](meta, ring.buf, ring.datas[index], ring.spec.n_chunks)
+    if mode in AFTER_PUBLISH:
+        ring.overstate_published()
 
 
 def _flip_payload(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:

@@ -132,6 +132,11 @@ class ShmRingBuffer:
     def published(self) -> int:
         return int(U64.unpack_from(self.buf, PUBLISHED)[0])
 
+    def overstate_published(self, by: int = 1) -> None:
+        """Damage, for chaos: the header claims ``by`` more messages published than were.
+        A reader waiting for the next one then finds it published but not written."""
+        U64.pack_into(self.buf, PUBLISHED, self.published() + by)
+
     def progress(self, reader: int) -> int:
         return int(U64.unpack_from(self.buf, self.spec.progress_offset + 8 * reader)[0])
 

@@ -7,13 +7,17 @@ executor's own check catching it (ExecutorFailedError, TimeoutError, WorkerError
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers import real_violations
 
 from chaos import TABLE, FaultPlan, Outcome, run_scenario
 from chaos.outcomes import config_for
+from chaos.points import AFTER_PUBLISH, damage_chunk
 from chaos.workloads import standard
-from executor import ExecutorConfig
+from executor import ExecutorConfig, QueueCorruptedError
+from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 
 START_METHODS = ("fork", "forkserver", "spawn")
 # On forkserver and spawn, one row per outcome class keeps the suite within its time budget.
@@ -45,3 +49,27 @@ def test_every_fault_kind_is_in_the_table():
     from chaos.faults import KINDS
 
     assert {f.kind for _, f, _ in TABLE} == set(KINDS)
+
+
+@pytest.mark.parametrize("mode", sorted(AFTER_PUBLISH))
+def test_after_publish_damage_is_seen_even_by_readers_that_took_the_chunk(mode: str) -> None:
+    """The race behind a flaky row: readers take a just-published chunk before chaos damages
+    it.  The damage still reaches them: the header claims the next message published, and a
+    reader waiting for it finds it not written (a hang here is the bug)."""
+    ring = ShmRingBuffer(QueueSpec("damage", 2, 4, 256))
+    ring.segment.close_fd()
+    try:
+        writer = QueueWriter(ring, [], None)
+        readers = [QueueReader(ring, r, None, None) for r in range(2)]
+        writer.write(1, [b"taken before the damage"], time.monotonic() + 1)
+        for reader in readers:
+            got = reader.read(time.monotonic() + 1)
+            assert got is not None and bytes(got[1]) == b"taken before the damage"
+            reader.ack()
+        damage_chunk(ring, 0, mode)
+        for reader in readers:
+            with pytest.raises(QueueCorruptedError):
+                reader.read(time.monotonic() + 2)
+    finally:
+        del writer, readers
+        ring.close()

@@ -61,7 +61,7 @@ from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
 from telemetry import rpc_trace
 from telemetry.journal import OWNER_SPAN
-from telemetry.rpc_trace import RpcTrace
+from telemetry.rpc_trace import SPAN_ID, TRACE_ID, RpcTrace
 
 log = logging.getLogger("executor")
 FailureCallback = Callable[[], None]
@@ -376,7 +376,7 @@ class MultiprocExecutor:
                 return encode(REQUEST, rank, (method, args, kwargs), from_main(method))
             # The span's context rides in the frame header (sent only for a recorded span).
             return encode(REQUEST, rank, (method, args, kwargs), from_main(method),
-                          trace[0], trace[1], telemetry.FLAG_SAMPLED)
+                          trace[TRACE_ID], trace[SPAN_ID], telemetry.FLAG_SAMPLED)
         except KeyboardInterrupt:
             if trace is not None:
                 self._end_trace(call, trace, None)
@@ -431,7 +431,7 @@ class MultiprocExecutor:
     def _end_trace(self, call: PendingCall, trace: RpcTrace, error: BaseException | None) -> None:
         """End the RPC's span, with ``error`` (also its type as ``faultlab.outcome``)."""
         if error is not None:
-            self._rec.write_attribute(OWNER_SPAN, trace[1], "faultlab.outcome",
+            self._rec.write_attribute(OWNER_SPAN, trace[SPAN_ID], "faultlab.outcome",
                                       type(error).__name__)
         rpc_trace.end_rpc(self._rec, trace, error, call.rpc_id, call.future is not None,
                           call.timeout, call.ranks[0] if call.unique else None)

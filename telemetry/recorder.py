@@ -52,7 +52,6 @@ from telemetry.rpc_trace import RpcTrace
 from telemetry.span import (
     FLAG_SAMPLED,
     NonRecordingSpan,
-    ServerSpan,
     Span,
     SpanContext,
     root_sampling,
@@ -151,27 +150,14 @@ class Recorder:
         span = self._start_ids(Span, name, trace_id, parent_id, True, None, rpc_id)
         return RpcTrace((trace_id, span.span_id)) if type(span) is Span else None
 
-    def start_server_span(
-        self, name: str, wire: tuple[int, int, int], waited_ns: int, got_ns: int,
-    ) -> ServerSpan | NonRecordingSpan:
-        """A worker's execute span, starting now, child of the driver's span ``wire`` (the
-        ``SpanContext.to_wire`` tuple from the request); the queue wait began at
-        ``waited_ns`` and the message was in hand at ``got_ns``.  (The worker itself uses
-        ``serve`` and ``served``: the same records, without a span object.)"""
-        trace_id, parent_id, flags = wire
-        now = _time_ns()
-        span_id = self.serve(name, trace_id >> 64, trace_id & _M64, parent_id, flags, now)
-        if not span_id:
-            return NonRecordingSpan(trace_id, self._bits(64) or 1)
-        return ServerSpan(self, trace_id, span_id, waited_ns, got_ns, now)
-
     def serve(
         self, name: str, trace_hi: int, trace_lo: int, parent_id: int, flags: int,
         start_ns: int,
     ) -> int:
-        """A worker's execute span from the request header's fields as they are: its start
-        record, at ``start_ns``; its span id for ``served``, or 0 when it is not recorded.
-        The worker calls this on every traced RPC: the common case is flat (``rpc_trace``)."""
+        """A worker's execute span, child of the driver's RPC span, from the request header's
+        fields as they are (``serialization.TRACE_HEADER``): its start record, at
+        ``start_ns``; its span id for ``served``, or 0 when it is not recorded.  The worker
+        calls this on every traced RPC: the common case is flat (``rpc_trace``)."""
         writer = self._writer
         sampled = flags & FLAG_SAMPLED if self._parent_based else trace_lo < self._root_bound
         if not sampled:

@@ -5,13 +5,13 @@ Data flow::
     Recorder.start_span ──► Span (sampled: writes records through its Recorder)
                        └──► NonRecordingSpan (not sampled or off: writes nothing)
     Recorder.begin_rpc ──► rpc_trace.RpcTrace  (an RPC in the driver, as plain data)
-    Recorder.start_server_span ──► ServerSpan   (its execution in a worker)
+    Recorder.serve / served ──► ints            (its execution in a worker)
     span.context ──► SpanContext.to_wire ──► (trace_id, span_id, flags) ──► from_wire
 
 An RPC's child spans are not written as spans: the driver writes its PHASES records when
 the RPC ends (``telemetry.rpc_trace``: enqueue times, the RPC's attributes, dequeue times);
-``ServerSpan`` writes one PHASES record after the reply (dequeue, execute end, reply
-times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
+the worker's ``Recorder.served`` writes one PHASES record after the reply (dequeue,
+execute end, reply times).  ``assemble`` expands them into ``ENQUEUE``, ``dequeue_name(r)``,
 ``WORKER_DEQUEUE`` and ``REPLY_ENQUEUE`` spans, with the attributes and kinds a span of
 each would have had.  Failed phases (rare) are written as classic spans.
 
@@ -42,11 +42,9 @@ if TYPE_CHECKING:
 
 _M64 = (1 << 64) - 1
 FLAG_SAMPLED = 0x01  # W3C trace flag on the wire
-_STATUS_OK, _SPAN_END, _PHASES = j.STATUS_OK, j.SPAN_END, j.PHASES
+_STATUS_OK, _SPAN_END = j.STATUS_OK, j.SPAN_END
 _pack_end = j.SPAN_END_S.pack_into
-_pack_times = j.PH_TIMES_S.pack_into
 _time_ns = time.time_ns
-_PH_SERVED = j.PH_SERVED
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 
 # The names of an RPC's child spans (expanded from PHASES records by ``assemble``).
@@ -179,54 +177,6 @@ def error_message(rec: Recorder, span_id: int, error: BaseException | str) -> st
     return f"{type(error).__name__}: {text}"
 
 
-class ServerSpan(Span):
-    """A worker's execute span.  One PHASES record, written by ``finish`` once the reply is
-    out, ends it and carries the dequeue and reply times; until then it is open, so a
-    worker that dies in the method (or before its reply is out) leaves it truncated."""
-
-    __slots__ = ("_executed", "_got", "_message", "_reply", "_status", "_unpickled", "_waited")
-
-    def __init__(self, rec: Recorder, trace_id: int, span_id: int, waited_ns: int = 0,
-                 got_ns: int = 0, unpickled_ns: int = 0) -> None:
-        self._rec, self.trace_id, self.span_id = rec, trace_id, span_id  # no super(): hot
-        self._ctx: SpanContext | None = None
-        self.ended = False
-        self._waited, self._got, self._unpickled = waited_ns, got_ns, unpickled_ns
-        self._executed = self._reply = 0
-        self._status, self._message = _STATUS_OK, ""
-
-    def executed(self, error: BaseException | None) -> None:
-        """The method returned (or raised ``error``): the span's end time.  Optional when it
-        returned: ``reply_start`` (else ``finish``) then marks the end."""
-        self._executed = _time_ns()
-        if error is not None and not self.ended:
-            self._status, self._message = j.STATUS_ERROR, self._error_message(error)
-
-    def reply_start(self) -> None:
-        self._reply = now = _time_ns()
-        if not self._executed:
-            self._executed = now
-
-    def finish(self, reply_ns: int = 0) -> None:
-        """The reply is out (or none is due): write the record that ends the span.
-        ``reply_ns``: when the reply began (instead of calling ``reply_start``)."""
-        if self.ended:
-            return
-        self.ended = True
-        done = _time_ns()
-        writer = self._rec._writer
-        if writer is None:
-            return
-        reply = reply_ns or self._reply
-        try:
-            message_id = self._rec._intern(self._message) if self._message else 0
-            writer.append(_pack_times, _PHASES, self._status, _PH_SERVED, message_id,
-                          self.span_id, self._waited, self._got, self._unpickled,
-                          self._executed or reply or done, reply, done)
-        except _JOURNAL_ERRORS:
-            pass
-
-
 class NonRecordingSpan:
     """A span that is not sampled (or tracing is off): it has a context and records nothing."""
 
@@ -256,16 +206,6 @@ class NonRecordingSpan:
         pass
 
     def end(self, error: BaseException | str | None = None, end_ns: int | None = None) -> None:
-        pass
-
-    # The ServerSpan calls, for an execution that is not recorded.
-    def executed(self, error: BaseException | None) -> None:
-        pass
-
-    def reply_start(self) -> None:
-        pass
-
-    def finish(self, reply_ns: int = 0) -> None:
         pass
 
     def __enter__(self) -> NonRecordingSpan:

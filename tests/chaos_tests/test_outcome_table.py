@@ -58,9 +58,9 @@ def test_after_publish_damage_is_seen_even_by_readers_that_took_the_chunk(mode: 
     reader waiting for it finds it not written (a hang here is the bug)."""
     ring = ShmRingBuffer(QueueSpec("damage", 2, 4, 256))
     ring.segment.close_fd()
+    writer = QueueWriter(ring, [], None)
+    readers = [QueueReader(ring, r, None, None) for r in range(2)]
     try:
-        writer = QueueWriter(ring, [], None)
-        readers = [QueueReader(ring, r, None, None) for r in range(2)]
         writer.write(1, [b"taken before the damage"], time.monotonic() + 1)
         for reader in readers:
             got = reader.read(time.monotonic() + 1)

@@ -14,7 +14,6 @@ from telemetry import journal as j
 from telemetry import rpc_trace
 from telemetry.assemble import RecordedSpan, read_run
 from telemetry.rpc_trace import RpcTrace
-from telemetry.span import ServerSpan
 
 TELEMETRY = Path(telemetry.__file__).parent
 
@@ -26,16 +25,19 @@ def _by_name(spans: list[RecordedSpan]) -> dict[str, list[RecordedSpan]]:
     return out
 
 
-def _rpc_then_worker(rec: telemetry.Recorder) -> tuple[RpcTrace, ServerSpan]:
+def _rpc_then_worker(rec: telemetry.Recorder) -> tuple[RpcTrace, int, int]:
+    """An RPC out, and its execute span begun in a "worker" (this process) as the worker
+    begins it: from the request header's fields; the span id and its start."""
     rpc = rec.begin_rpc("rpc m", None, 7)
     assert isinstance(rpc, RpcTrace)
     t0 = time.time_ns()
     rpc += (t0, time.time_ns(), 123)  # the request is out: enqueue times, body size
-    wire = telemetry.SpanContext.to_wire(rpc.context)
-    assert wire is not None
-    server = rec.start_server_span("worker.execute m", wire, t0 - 1000, t0)
-    assert isinstance(server, ServerSpan)
-    return rpc, server
+    trace_id, span_id = rpc[0], rpc[1]
+    start = time.time_ns()
+    server = rec.serve("worker.execute m", trace_id >> 64, trace_id & ((1 << 64) - 1), span_id,
+                       telemetry.FLAG_SAMPLED, start)
+    assert server
+    return rpc, server, start
 
 
 def _read(rpc: RpcTrace, rank: int) -> None:
@@ -47,10 +49,9 @@ def _read(rpc: RpcTrace, rank: int) -> None:
 def test_phases_expand_into_named_spans_with_parents_kinds_and_attributes(trace_dir: Path) -> None:
     telemetry.configure_process("driver")
     rec = telemetry.get_recorder()
-    rpc, server = _rpc_then_worker(rec)
-    server.executed(None)
-    server.reply_start()
-    server.finish()
+    rpc, server, start = _rpc_then_worker(rec)
+    executed = time.time_ns()
+    rec.served(server, start - 1000 - 500, start - 500, start, executed, executed)
     for rank in (0, 1, 2, 3, 5):  # ranks 0-2 share a record, 3 and 5 the next
         _read(rpc, rank)
     rpc_trace.end_rpc(rec, rpc, None, 7, True, 2.5, 5)
@@ -90,8 +91,7 @@ def test_phases_expand_into_named_spans_with_parents_kinds_and_attributes(trace_
 def test_a_begin_without_its_complete_loads_truncated(trace_dir: Path) -> None:
     telemetry.configure_process("driver")
     rec = telemetry.get_recorder()
-    rpc, server = _rpc_then_worker(rec)
-    server.executed(None)  # the reply never goes out: no complete record
+    rpc, _server, _start = _rpc_then_worker(rec)  # the reply never goes out: no served()
     _read(rpc, 0)  # kept in memory only until the RPC span ends
     telemetry.shutdown()
 

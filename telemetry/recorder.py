@@ -68,12 +68,14 @@ _pack_attr_float = j.ATTR_FLOAT_S.pack_into
 _time_ns = time.time_ns
 _TRACING_PREFIXES = ("OTEL_", "FAULTLAB_TRACE_")
 # Record kinds and codes as plain globals: the hot path reads them without an attribute
-# lookup.  Writing itself is JournalWriter.append, the one record-writing function.
+# lookup.  Writing is JournalWriter.append, repeated inline on the per-RPC paths (journal).
 _SPAN_START, _SPAN_END, _ATTRIBUTE = j.SPAN_START, j.SPAN_END, j.ATTRIBUTE
 _PHASES, _PH_SERVED, _STATUS_OK, _STATUS_ERROR = j.PHASES, j.PH_SERVED, j.STATUS_OK, j.STATUS_ERROR
 _OWNER_SPAN, _VT_STR, _VT_INT = j.OWNER_SPAN, j.VT_STR, j.VT_INT
 _FLAG_RPC, _TID_BITS, _TID_LIMIT = j.FLAG_RPC, j.TID_BITS, 1 << j.TID_BITS
 _RPC_LIMIT = 1 << (64 - j.TID_BITS)
+_SEGMENT_BITS, _SLOT_MASK, _HEADER_SIZE, _RECORD_SHIFT = (
+    j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE, j.RECORD_SHIFT)
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 _VT_BOOL, _VT_FLOAT = j.VT_BOOL, j.VT_FLOAT
 _MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
@@ -140,10 +142,16 @@ class Recorder:
             name_id = self._strings.get(name)
             if tid is not None and name_id is not None and tid < _TID_LIMIT:
                 span_id = self._bits(64) or 1
-                try:
-                    writer.append(_pack_start, _SPAN_START, _FLAG_RPC, 0, name_id, trace_id >> 64,
-                                  trace_id & _M64, span_id, parent_id, _time_ns(),
-                                  rpc_id << _TID_BITS | tid)
+                try:  # JournalWriter.append's steps, inline (see the module docstring)
+                    idx = next(writer.slots)
+                    seg = idx >> _SEGMENT_BITS
+                    maps = writer.maps
+                    mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+                    off = _HEADER_SIZE + ((idx & _SLOT_MASK) << _RECORD_SHIFT)
+                    _pack_start(mm, off + 1, _FLAG_RPC, 0, name_id, trace_id >> 64,
+                                trace_id & _M64, span_id, parent_id, _time_ns(),
+                                rpc_id << _TID_BITS | tid)
+                    mm[off] = _SPAN_START
                 except _JOURNAL_ERRORS:
                     return None
                 return RpcTrace((trace_id, span_id))
@@ -167,9 +175,15 @@ class Recorder:
             name_id = self._strings.get(name)
             if tid is not None and name_id is not None:
                 span_id = self._bits(64) or 1
-                try:
-                    writer.append(_pack_start, _SPAN_START, 0, 0, name_id, trace_hi, trace_lo,
-                                  span_id, parent_id, start_ns, tid)
+                try:  # JournalWriter.append's steps, inline
+                    idx = next(writer.slots)
+                    seg = idx >> _SEGMENT_BITS
+                    maps = writer.maps
+                    mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+                    off = _HEADER_SIZE + ((idx & _SLOT_MASK) << _RECORD_SHIFT)
+                    _pack_start(mm, off + 1, 0, 0, name_id, trace_hi, trace_lo, span_id,
+                                parent_id, start_ns, tid)
+                    mm[off] = _SPAN_START
                 except _JOURNAL_ERRORS:
                     return 0
                 return span_id
@@ -188,14 +202,18 @@ class Recorder:
         writer = self._writer
         if writer is None:
             return
-        status = message_id = 0
+        status, message_id = _STATUS_OK, 0
         try:
-            if error is None:
-                status = _STATUS_OK
-            else:
+            if error is not None:
                 status, message_id = _STATUS_ERROR, self._served_error(span_id, error)
-            writer.append(_pack_times, _PHASES, status, _PH_SERVED, message_id, span_id,
-                          waited_ns, got_ns, start_ns, executed_ns, reply_ns, done)
+            idx = next(writer.slots)  # JournalWriter.append's steps, inline
+            seg = idx >> _SEGMENT_BITS
+            maps = writer.maps
+            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+            off = _HEADER_SIZE + ((idx & _SLOT_MASK) << _RECORD_SHIFT)
+            _pack_times(mm, off + 1, status, _PH_SERVED, message_id, span_id, waited_ns, got_ns,
+                        start_ns, executed_ns, reply_ns, done)
+            mm[off] = _PHASES
         except _JOURNAL_ERRORS:
             pass
 

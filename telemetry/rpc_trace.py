@@ -41,6 +41,8 @@ _PH_SENT, _PH_DEQUEUED, _PH_DONE, _PH_CALL = j.PH_SENT, j.PH_DEQUEUED, j.PH_DONE
 _PH_NON_BLOCK, _PH_TIMEOUT, _PH_REPLY_RANK = j.PH_NON_BLOCK, j.PH_TIMEOUT, j.PH_REPLY_RANK
 _pack_times, _pack_sent = j.PH_TIMES_S.pack_into, j.PH_SENT_S.pack_into
 _MAX_PH_SIZE = j.MAX_PH_SIZE
+_SEGMENT_BITS, _SLOT_MASK, _HEADER_SIZE, _RECORD_SHIFT = (
+    j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE, j.RECORD_SHIFT)
 _RPC_IN_START = 1 << (64 - j.TID_BITS)  # rpc ids the start record carries (FLAG_RPC)
 _JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
 
@@ -93,11 +95,16 @@ def end_rpc(
     if (error is None and len(trace) == 11 and trace[5] == 0 and trace[8] == 1
             and timeout is None and reply_rank is None and rpc_id < _RPC_IN_START):
         size = trace[SIZE]
-        try:
-            writer.append(_pack_times, _PHASES, _PH_NON_BLOCK if non_block else 0, _PH_CALL,
-                          size if size < _MAX_PH_SIZE else _MAX_PH_SIZE, trace[SPAN_ID],
-                          trace[ENQ_START], trace[ENQ_END], trace[6], trace[7], trace[9],
-                          trace[10])
+        try:  # JournalWriter.append's steps, inline (journal's module docstring)
+            idx = next(writer.slots)
+            seg = idx >> _SEGMENT_BITS
+            maps = writer.maps
+            mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
+            off = _HEADER_SIZE + ((idx & _SLOT_MASK) << _RECORD_SHIFT)
+            _pack_times(mm, off + 1, _PH_NON_BLOCK if non_block else 0, _PH_CALL,
+                        size if size < _MAX_PH_SIZE else _MAX_PH_SIZE, trace[SPAN_ID],
+                        trace[ENQ_START], trace[ENQ_END], trace[6], trace[7], trace[9], trace[10])
+            mm[off] = _PHASES
         except _JOURNAL_ERRORS:
             pass
         return

@@ -14,7 +14,11 @@ Configurations:
   driver, W3C context injected into the call's kwargs, a child span around the method in
   each worker.  Its exporter drops everything, so only the SDK's own cost is measured.
 
-Run: ``python bench/bench_rpc_tracing.py [--quick] [--out bench/RESULTS.md]``.
+With ``--before-tree DIR`` (a checkout of an earlier version, e.g. ``git worktree add``),
+that tree's executor runs each configuration too, interleaved in the same rounds: a
+before/after measured under the same load, with the ratios against each tree's own ``off``.
+
+Run: ``python bench/bench_rpc_tracing.py [--quick] [--before-tree DIR] [--out bench/RESULTS.md]``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from executor import ExecutorConfig, MultiprocExecutor
 from executor.workers import EchoWorker
 
 CONFIGS = ("off", "sampled-1%", "on-100%", "plain-sdk")
+ROOT = Path(__file__).resolve().parent.parent  # this tree (children of --before-tree run there)
 
 
 def _sdk_tracer(name: str) -> Any:
@@ -95,10 +100,10 @@ def _sdk_call(ex: MultiprocExecutor) -> Any:
     return call
 
 
-def _env(config: str, trace_dir: str) -> dict[str, str]:
+def _env(config: str, trace_dir: str, tree: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_", "FAULTLAB_TRACE_DIR"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), os.getcwd(),
+    env["PYTHONPATH"] = os.pathsep.join([str(tree / "bench"), str(tree),
                                          env.get("PYTHONPATH", "")])
     if config in ("sampled-1%", "on-100%"):
         env["FAULTLAB_TRACE_DIR"] = tempfile.mkdtemp(dir=trace_dir)
@@ -107,32 +112,41 @@ def _env(config: str, trace_dir: str) -> dict[str, str]:
     return env
 
 
-def _run_child(config: str, calls: int, trace_dir: str) -> list[float]:
+def _run_child(config: str, calls: int, trace_dir: str, tree: Path = ROOT) -> list[float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", config, "--calls", str(calls)],
-        env=_env(config, trace_dir), capture_output=True, text=True, check=True, timeout=300,
+        [sys.executable, str(tree / "bench" / "bench_rpc_tracing.py"), "--child", config,
+         "--calls", str(calls)],
+        env=_env(config, trace_dir, tree), cwd=tree, capture_output=True, text=True,
+        check=True, timeout=300,
     )
     return list(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def measure(rounds: int, calls: int, configs: tuple[str, ...] = CONFIGS) -> dict[str, list[float]]:
-    """Per configuration, the median latency of each round (round-robin order)."""
-    medians: dict[str, list[float]] = {c: [] for c in configs}
+def measure(rounds: int, calls: int, configs: tuple[str, ...] = CONFIGS,
+            before_tree: Path | None = None) -> dict[str, list[float]]:
+    """Per configuration, the median latency of each round (round-robin order); with
+    ``before_tree``, also ``before:<configuration>`` from that checkout, in the same rounds."""
+    runs = [(c, c, ROOT) for c in configs]
+    if before_tree is not None:
+        runs += [(f"before:{c}", c, before_tree) for c in configs]
+    medians: dict[str, list[float]] = {key: [] for key, _, _ in runs}
     with tempfile.TemporaryDirectory() as trace_dir:
         for _ in range(rounds):
-            for config in configs:
-                medians[config].append(statistics.median(_run_child(config, calls, trace_dir)))
+            for key, config, tree in runs:
+                medians[key].append(statistics.median(_run_child(config, calls, trace_dir, tree)))
     return medians
 
 
 def report(medians: dict[str, list[float]], rounds: int, calls: int) -> str:
-    base = statistics.median(medians["off"])
     rows = []
-    for config in medians:
-        p50 = statistics.median(medians[config])
-        rows.append([config, _stats.fmt_time(p50), f"{p50 / base:.2f}×",
-                     " ".join(_stats.fmt_time(m) for m in medians[config])])
-    table = _stats.markdown_table(["configuration", "RPC p50", "vs off", "per-round medians"], rows)
+    for key in medians:
+        tree, _, config = key.rpartition(":")
+        p50 = statistics.median(medians[key])
+        base = statistics.median(medians[f"{tree}:off" if tree else "off"])
+        rows.append([tree or "this tree", config, _stats.fmt_time(p50), f"{p50 / base:.2f}×",
+                     " ".join(_stats.fmt_time(m) for m in medians[key])])
+    table = _stats.markdown_table(
+        ["tree", "configuration", "RPC p50", "vs its off", "per-round medians"], rows)
     facts = _stats.machine()
     return (
         f"Small broadcast RPC (`echo`, 2 fork workers), {rounds} rounds × {calls} calls per "
@@ -148,6 +162,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
+    parser.add_argument("--before-tree", type=Path,
+                        help="a checkout of an earlier version, measured in the same rounds")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help="comma-separated subset of " + ", ".join(CONFIGS) + " (off first)")
     args = parser.parse_args()
@@ -158,7 +174,10 @@ def main() -> None:
     configs = tuple(c.strip() for c in args.configs.split(","))
     if configs[0] != "off" or not set(configs) <= set(CONFIGS):
         parser.error(f"--configs must start with off and name only {', '.join(CONFIGS)}")
-    text = report(measure(rounds, calls, configs), rounds, calls)
+    before = args.before_tree.resolve() if args.before_tree else None
+    if before is not None and not (before / "bench" / "bench_rpc_tracing.py").is_file():
+        parser.error(f"--before-tree {before}: no bench/bench_rpc_tracing.py there")
+    text = report(measure(rounds, calls, configs, before), rounds, calls)
     print(text)
     if args.out:
         _stats.write_section(args.out, "Tracing overhead per RPC", text)

@@ -117,6 +117,7 @@ FLAG_POINT = 0x02  # a zero-length span written by Recorder.event()
 # id is known even when the driver dies before the call ends.
 FLAG_RPC = 0x04
 TID_BITS = 24  # Linux thread ids are below 2**22 (PID_MAX_LIMIT)
+RPC_ID_LIMIT = 1 << (64 - TID_BITS)  # rpc ids a start record can carry (larger: PH_SENT)
 
 # SPAN_END status codes (OpenTelemetry StatusCode values).
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
@@ -218,6 +219,11 @@ def segment_path(run_dir: Path, header: JournalHeader, segment: int) -> Path:
 
 
 _SEGMENT_RE = re.compile(r"^(journal-.+-[0-9a-f]{16})(?:\.s(\d+))?\.bin$")
+
+
+# What a write into a journal raises once it is closed (ValueError), released (IndexError,
+# ValueError) or stopped (OSError, ``JournalStopped``): every writer catches these.
+JOURNAL_ERRORS = (ValueError, IndexError, OSError)
 
 
 class JournalStopped(OSError):

@@ -43,8 +43,8 @@ _pack_times, _pack_sent = j.PH_TIMES_S.pack_into, j.PH_SENT_S.pack_into
 _MAX_PH_SIZE = j.MAX_PH_SIZE
 _SEGMENT_BITS, _SLOT_MASK, _HEADER_SIZE, _RECORD_SHIFT = (
     j.SEGMENT_BITS, j.SLOT_MASK, j.HEADER_SIZE, j.RECORD_SHIFT)
-_RPC_IN_START = 1 << (64 - j.TID_BITS)  # rpc ids the start record carries (FLAG_RPC)
-_JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
+_RPC_IN_START = j.RPC_ID_LIMIT  # rpc ids the start record carries (FLAG_RPC)
+_JOURNAL_ERRORS = j.JOURNAL_ERRORS
 
 # Item positions.
 TRACE_ID, SPAN_ID, ENQ_START, ENQ_END, SIZE, FIRST_RANK = 0, 1, 2, 3, 4, 5

@@ -45,7 +45,7 @@ FLAG_SAMPLED = 0x01  # W3C trace flag on the wire
 _STATUS_OK, _SPAN_END = j.STATUS_OK, j.SPAN_END
 _pack_end = j.SPAN_END_S.pack_into
 _time_ns = time.time_ns
-_JOURNAL_ERRORS = (ValueError, IndexError, OSError)  # closed, released or stopped journal
+_JOURNAL_ERRORS = j.JOURNAL_ERRORS
 
 # The names of an RPC's child spans (expanded from PHASES records by ``assemble``).
 ENQUEUE = "executor.enqueue"

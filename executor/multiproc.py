@@ -52,7 +52,7 @@ from executor.errors import (
 )
 from executor.launch import distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
-from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name
+from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name, span_name
 from executor.remote_site import RemoteSite, release
 from executor.resources import ExecutorResources
 from executor.serialization import encode
@@ -66,13 +66,6 @@ from telemetry.rpc_trace import SPAN_ID, TRACE_ID, RpcTrace
 log = logging.getLogger("executor")
 FailureCallback = Callable[[], None]
 _RPC_NAMES: dict[str, str] = {}  # method name -> RPC span name, made once per name
-
-
-def _rpc_span_name(method: str) -> str:
-    name = f"rpc {method}"
-    if len(_RPC_NAMES) < 1000:
-        _RPC_NAMES[method] = name
-    return name
 
 
 class MultiprocExecutor:
@@ -356,7 +349,7 @@ class MultiprocExecutor:
                 # mid-RPC leaves it truncated); a child of the caller's current trace
                 # (OpenTelemetry context or TRACEPARENT), else a new trace.  Its phases are
                 # plain data on the call until it ends (telemetry.rpc_trace).
-                name = _RPC_NAMES.get(call.method) or _rpc_span_name(call.method)
+                name = _RPC_NAMES.get(call.method) or span_name(_RPC_NAMES, "rpc ", call.method)
                 trace = self._rec.begin_rpc(name, telemetry.caller_parent(), call.rpc_id)
             parts = self._encode(call, method, args, kwargs, reply_rank, trace)
             self._enqueue(call, parts, trace)

@@ -63,6 +63,15 @@ def method_name(method: object) -> str:
     return method if isinstance(method, str) else getattr(method, "__name__", "callable")
 
 
+def span_name(cache: dict[str, str], prefix: str, method: object) -> str:
+    """``prefix`` + ``method_name(method)``, kept in ``cache`` per method name (at most 1000
+    names: a span name is made once per name on the RPC path, not per call)."""
+    name = f"{prefix}{method_name(method)}"
+    if type(method) is str and len(cache) < 1000:
+        cache[method] = name
+    return name
+
+
 def describe_exit(exitcode: int | None) -> str:
     """Say how a process ended, e.g. 'killed by SIGKILL' or 'exited with code 143 (SIGTERM)'."""
     if exitcode is None:

@@ -47,6 +47,7 @@ from executor.protocol import (
     REPLY_OK,
     RemoteError,
     method_name,
+    span_name,
 )
 from executor.serialization import TRACE_AT, TRACE_HEADER, decode, encode, peek
 from executor.shm import SegmentFd
@@ -218,7 +219,7 @@ class WorkerProc:
                 # pid are the journal's, the rpc id is the parent's.
                 name = _EXECUTE_NAMES.get(method) if type(method) is str else None
                 if name is None:
-                    name = _execute_name(method)
+                    name = span_name(_EXECUTE_NAMES, "worker.execute ", method)
                 start_ns = _time_ns()
                 span_id = self.rec.serve(name, hi, lo, parent, flags, start_ns)
         kind, value = self._execute(msg_id, method, args, kwargs)
@@ -309,13 +310,6 @@ def _annotated(exc: BaseException, what: str) -> RemoteError:
 
 _time_ns = time.time_ns
 _EXECUTE_NAMES: dict[str, str] = {}  # method name -> execute span name, made once per name
-
-
-def _execute_name(method: Any) -> str:
-    name = f"worker.execute {method_name(method)}"
-    if type(method) is str and len(_EXECUTE_NAMES) < 1000:
-        _EXECUTE_NAMES[method] = name
-    return name
 
 
 def leave_loop() -> None:

@@ -63,7 +63,7 @@ class ShmSegment:
 
     def __init__(self, fd: int, size: int, label: str) -> None:
         """Map ``size`` bytes of ``fd``; the segment keeps ``fd`` open until ``close_fd``."""
-        self._mmap = mmap.mmap(fd, size)
+        self._mmap = _map(fd, size, label)
         self.fd: int | None = fd
         self.label = label
         self.size = size
@@ -133,6 +133,23 @@ def _allocate(fd: int, size: int, label: str, named: bool) -> None:
         if exc.errno not in _NO_SPACE:
             raise
         raise _no_space(label, size, free, named) from exc
+
+
+def _map(fd: int, size: int, label: str) -> mmap.mmap:
+    """``mmap`` of the whole segment; no room in the address space (RLIMIT_AS, overcommit
+    refused) is a ``SharedMemoryError`` naming the queue, like no room for its pages."""
+    try:
+        return mmap.mmap(fd, size)
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE:
+            raise
+        error = SharedMemoryError(
+            f"cannot map shared memory for queue {label}: it needs {size} bytes "
+            f"({size / 2**20:.1f} MiB) of address space and mmap failed ({exc.strerror}); "
+            "lower ExecutorConfig.n_chunks or chunk_bytes, or raise the address-space limit "
+            "(ulimit -v)"
+        )
+        raise error from exc
 
 
 def _no_space(label: str, size: int, free: int, named: bool) -> SharedMemoryError:

@@ -218,3 +218,29 @@ def test_a_segment_fd_only_travels_to_a_process_being_started() -> None:
             pickle.dumps(segment.handle())
     finally:
         segment.close()
+
+
+AS_LIMITED_DRIVER = r"""
+import resource, sys
+from executor import ExecutorConfig, MultiprocExecutor, SharedMemoryError
+
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+cfg = ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2,
+                     n_chunks=4, chunk_bytes=128 << 20)  # 3 rings of 512 MiB
+try:
+    MultiprocExecutor(cfg).shutdown()
+except SharedMemoryError as exc:
+    print("SharedMemoryError:", exc)
+except BaseException as exc:
+    print("other:", type(exc).__name__, exc)
+"""
+
+
+def test_ring_mmap_refused_by_the_address_space_limit_is_a_shared_memory_error() -> None:
+    """RLIMIT_AS=1 GiB and 3 rings of 512 MiB: fallocate succeeds, mmap fails (ENOMEM)."""
+    out = subprocess.run([sys.executable, "-c", AS_LIMITED_DRIVER], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.startswith("SharedMemoryError:"), (out.stdout, out.stderr[-2000:])
+    assert "queue reply" in out.stdout and "address space" in out.stdout, out.stdout
+    needed = int(re.findall(r"(\d+) bytes", out.stdout)[0])
+    assert needed > 512 << 20, out.stdout

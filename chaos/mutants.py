@@ -319,3 +319,23 @@ class DrainsTargetFirst(MultiprocExecutor):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self._collector.__class__ = _TargetFirst
+
+
+class _LockBeforeTry(ReplyCollector):
+    def drain_until(self, call: PendingCall, limit: float) -> None:
+        if not self._acquire(limit):  # BUG: a Ctrl-C after the acquire returns keeps the lock
+            return
+        try:
+            self._drain(lambda: not call.done, limit)
+        finally:
+            self.lock.release()
+        self.settle_resolved()
+
+
+class LocksBeforeTry(MultiprocExecutor):
+    """Takes the reply collector's lock one line before the ``try`` that releases it (the
+    round-3 Ctrl-C wedge): one KeyboardInterrupt at the wrong instant blocks every later call."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._collector.__class__ = _LockBeforeTry

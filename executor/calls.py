@@ -27,6 +27,16 @@ Invariants:
   deadline, ``result(timeout)``) bounds waits made for earlier calls too.
 - A call resolved early (timed out, or failed by the executor) still has its replies read
   when they come, and dropped, so later calls stay in step.
+
+Interrupts and the collector's lock.  CPython raises a pending KeyboardInterrupt right after
+a call returns (and on backward jumps), so in ``if lock.acquire(t): try: ...`` it can land
+after ``acquire`` returned True and before the ``try``: the lock stays held for good and
+every later call of the executor blocks or times out.  So ``lock`` is an ``RLock``, the
+acquire sits inside the ``try``, and the ``finally`` is one C call, ``release()``, that
+releases exactly when this thread holds it (``RuntimeError`` otherwise).  A thread that
+already holds the lock (an aggregator or a done-callback calling the executor) never
+re-enters the drain.  chaos/interrupt_sweep.py raises KeyboardInterrupt at every such point
+of a call and checks that no lock stays held.
 """
 
 from __future__ import annotations
@@ -141,7 +151,7 @@ class ReplyCollector:
     def __init__(
         self,
         readers: list[MessageReader],
-        lock: threading.Lock,
+        lock: threading.RLock,
         failure: Callable[[], ExecutorFailedError | None],
         fail: Callable[[ExecutorFailedError], None],
         on_resolved: Callable[[PendingCall, BaseException | None], None],
@@ -159,12 +169,16 @@ class ReplyCollector:
 
     def drain_until(self, call: PendingCall, limit: float) -> None:
         """Collect replies, oldest call first, until ``call`` resolves or ``limit`` passes."""
-        if not self._acquire(limit):
+        if self.lock._is_owned():  # type: ignore[attr-defined]  # re-entered (an aggregator calling us)
             return
-        try:
-            self._drain(lambda: not call.done, limit)
+        try:  # the acquire is inside the try: see "Interrupts and the collector's lock" above
+            if self._acquire(limit):
+                self._drain(lambda: not call.done, limit)
         finally:
-            self.lock.release()
+            try:
+                self.lock.release()  # one C call: releases exactly when this thread holds it
+            except RuntimeError:
+                pass  # not acquired (limit passed, or interrupted while waiting)
         self.settle_resolved()
 
     def collect_available(self) -> bool:
@@ -172,14 +186,19 @@ class ReplyCollector:
 
         The rpc queue's writer calls this while it waits for a free chunk: a worker blocked
         on its full reply queue stops reading requests, so replies must be drained then."""
-        if not self.lock.acquire(blocking=False):
+        if self.lock._is_owned():  # type: ignore[attr-defined]  # this thread is draining already
             return False
+        before = after = (0, 0)
         try:
-            before = len(self.pending), len(self.pending[0].outcomes) if self.pending else 0
-            self._drain(lambda: True, time.monotonic())
-            after = len(self.pending), len(self.pending[0].outcomes) if self.pending else 0
+            if self.lock.acquire(blocking=False):
+                before = len(self.pending), len(self.pending[0].outcomes) if self.pending else 0
+                self._drain(lambda: True, time.monotonic())
+                after = len(self.pending), len(self.pending[0].outcomes) if self.pending else 0
         finally:
-            self.lock.release()
+            try:
+                self.lock.release()
+            except RuntimeError:
+                pass  # another thread holds it
         return before != after
 
     def _drain(self, wanted: Callable[[], bool], limit: float) -> None:

@@ -53,7 +53,7 @@ class ExecutorResources:
         # Held by whoever writes the rpc queue / reads reply queues.  Releasing memory and
         # fds takes both, so no thread is inside a queue wait when they go.
         self.send_lock = threading.Lock()
-        self.reply_lock = threading.Lock()
+        self.reply_lock = threading.RLock()  # an RLock: see "Interrupts" in executor/calls.py
         self.done = threading.Event()
         self.shutdown_started = False  # set once, under lock, by the shutdown that runs
         self.rec = telemetry.get_recorder()

@@ -95,3 +95,45 @@ def test_keyboard_interrupt_while_unpickling_a_reply_is_a_keyboard_interrupt(
         ex.collective_rpc("echo", args=(helpers.InterruptOnceInDriver(),), timeout=20)
     assert not ex.is_failed
     _call_in_step(ex, 1)
+
+
+# ---------------------------------------------------------------- every point, not random timing
+
+_SWEPT_CALLS: dict[str, Callable[[MultiprocExecutor], Any]] = {
+    "blocking": lambda ex: ex.collective_rpc("echo", args=(b"x",), timeout=10),
+    "non_block": lambda ex: ex.collective_rpc("echo", args=(b"y",), timeout=10, non_block=True).result(),
+    "unique_rank": lambda ex: ex.collective_rpc("echo", args=(3,), timeout=10, unique_reply_rank=1),
+    "streamed": lambda ex: ex.collective_rpc("echo", args=(b"z" * (3 << 12),), timeout=10),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_SWEPT_CALLS))
+def test_keyboard_interrupt_at_every_point_of_a_call_leaves_no_lock_held_and_the_queue_in_step(
+    make_executor: Callable[..., MultiprocExecutor], kind: str
+) -> None:
+    """KeyboardInterrupt raised at every point of the call where CPython can raise it (after
+    each call returns, on each backward jump, in executor/), one point per run."""
+    from chaos.interrupt_sweep import sweep_interrupts
+
+    ex = make_executor(chunk_bytes=1 << 12, n_chunks=4)  # "streamed" spans 3+ chunks each way
+    call = _SWEPT_CALLS[kind]
+    report = sweep_interrupts(ex, lambda: call(ex), budget_s=60)
+    assert report.violations == [], report.violations[:5]
+    assert report.hit >= 0.8 * len(report.points) and report.hit > 50, report.summary()
+
+
+def test_the_interrupt_sweep_finds_a_lock_taken_before_its_try() -> None:
+    """The round-3 wedge, planted (chaos.mutants.LocksBeforeTry): the sweep names the lock."""
+    import chaos.mutants
+    from chaos.interrupt_sweep import EXECUTOR_DIR, sweep_interrupts
+    from chaos.mutants import LocksBeforeTry
+    from executor import ExecutorConfig
+
+    ex = LocksBeforeTry(ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2))
+    try:
+        report = sweep_interrupts(ex, lambda: ex.collective_rpc("echo", args=(1,), timeout=10),
+                                  roots=(EXECUTOR_DIR, chaos.mutants.__file__), budget_s=60)
+    finally:
+        ex._res.reply_lock = ex._collector.lock = threading.RLock()  # let shutdown take it
+        ex.shutdown()
+    assert any("reply_lock left held" in v for v in report.violations), report.summary()

@@ -9,6 +9,7 @@
     ├── QueueCorruptedError      shared-memory metadata is damaged; the queue cannot be trusted any more
     ├── QueueFullError           the writer waited its whole deadline on a reader that did not read
     ├── SharedMemoryError        a queue's shared memory could not be allocated at start-up
+    ├── ResourceLimitError       an OS limit (open files) is too low for the workers asked for
     └── AuthenticationError      a TCP message failed its HMAC: rejected, never unpickled
     RequestPicklingError (TypeError, pickle.PicklingError)   arguments cannot be pickled; nothing was sent
     ReplyUnpicklingError (ExecutorError, pickle.UnpicklingError)  a reply arrived but could not be unpickled
@@ -164,6 +165,10 @@ class QueueFullError(ExecutorError, TimeoutError):
 class SharedMemoryError(ExecutorError):
     """A queue's shared memory could not be allocated; the message names the queue, the bytes
     needed and the bytes free."""
+
+
+class ResourceLimitError(ExecutorError):
+    """An OS limit (RLIMIT_NOFILE) cannot fit the workers asked for; refused before any started."""
 
 
 class RequestPicklingError(TypeError, pickle.PicklingError):

@@ -50,6 +50,7 @@ from executor.errors import (
     RequestPicklingError,
     describe,
 )
+from executor.fd_room import ensure_fd_room
 from executor.launch import distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
 from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name, span_name
@@ -105,6 +106,7 @@ class MultiprocExecutor:
 
     def _start(self, policy: WaitPolicy) -> None:
         cfg, res = self.config, self._res
+        ensure_fd_room(cfg.local_world_size)
         rpc_ring = ShmRingBuffer(QueueSpec("rpc", cfg.local_world_size, cfg.n_chunks,
                                            cfg.chunk_bytes, cfg.checksum))
         res.rings.append(rpc_ring)

@@ -100,7 +100,9 @@ def _first_kill(resolved: list[ResolvedFault], reason: str) -> ResolvedFault:
 
 
 def _readline(stream: Any, timeout: float) -> str:
-    ready, _, _ = select.select([stream], [], [], timeout)
+    poller = select.poll()  # never select(): the caller may hold fds past 1,024
+    poller.register(stream, select.POLLIN)
+    ready = poller.poll(max(0, int(timeout * 1000)))
     return stream.readline().decode().strip() if ready else ""
 
 

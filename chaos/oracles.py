@@ -10,6 +10,10 @@
         ├─ shutdown_bounded     shutdown() returned within its bound
         ├─ never_hung           the workload finished
         ├─ outcome_matches      what happened is what the outcome table says
+        ├─ fault_free_stays_fault_free   no fault fired: every call ends as its request
+        │                       asks and the executor never fails (a failure nothing
+        │                       planned is a finding, never a pass)
+        ├─ planned_faults_fired every planned fault fired, unless declared may_not_fire
         └─ chaos.oracles_around what surrounds the executor: declared call outcomes,
                                 Ctrl-C, forks, back-pressure, a callback on every failure
 
@@ -25,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.outcomes import Outcome
-from chaos.recording import UNKNOWN, CallRecord
+from chaos.recording import UNKNOWN, CallRecord, requested_error
 
 DOCUMENTED_ERRORS = frozenset({
     "ExecutorFailedError", "WorkerError", "CorruptMessageError", "TimeoutError",
@@ -73,6 +77,8 @@ class RunRecord:
     late_callback_ran: bool | None = None  # registered once failed: it must run at once
     fork_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     workers_gone: list[str] = dataclasses.field(default_factory=list)  # before shutdown()
+    # Every fault of the plan: {"index", "kind", "target", "trigger" (words), "may_not_fire"}.
+    planned: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def fatal_faults(self) -> list[dict[str, Any]]:
         return [f for f in self.faults if f.get("fatal")]
@@ -190,8 +196,9 @@ def never_hung(run: RunRecord) -> list[Violation]:
 
 
 def outcome_matches(run: RunRecord) -> list[Violation]:
-    if run.expected is None or not run.faults:
-        return []
+    """An explicit expectation holds even when no fault fired (then it usually does not)."""
+    if run.expected is None or run.expected == Outcome.FAULT_FREE:
+        return []  # FAULT_FREE: fault_free_stays_fault_free judges it
     seen = observed_outcome(run)
     ok = seen == run.expected or (run.expected == Outcome.DEADLINE and seen == Outcome.RECOVER
                                   and not _hit_had_deadline(run)) \
@@ -221,11 +228,59 @@ def _hit_had_deadline(run: RunRecord) -> bool:
     return any(c.timeout is not None for c in run.calls)
 
 
+def fault_free_stays_fault_free(run: RunRecord) -> list[Violation]:
+    """No fault fired, so nothing may go wrong: each call ends as its own request asks
+    (``recording.requested_error``, or as declared) and the executor never fails, unless a
+    call that declared ``ExecutorFailedError`` asked for it.  A worker that dies by itself
+    is a finding of the run, never a pass."""
+    if run.expected != Outcome.FAULT_FREE or run.hung:
+        return []  # a hang is never_hung's; the watchdog's shutdown then fails the calls
+    out = [Violation("fault_free", f"call {c.index} {c.method}{_args(c)} raised {c.error_type} "
+                                   f"with no fault fired: {c.error[:200]}")
+           for c in run.calls if _not_as_requested(c)]
+    failure = _unrequested_failure(run)
+    return out + ([Violation("fault_free", failure)] if failure else [])
+
+
+def _not_as_requested(c: CallRecord) -> bool:
+    """An error the call did not ask for (ExecutorFailedError: see _unrequested_failure)."""
+    return (c.expect_errors is None and c.outcome == "error"
+            and c.error_type not in ("ExecutorFailedError", requested_error(c)))
+
+
+def _unrequested_failure(run: RunRecord) -> str | None:
+    dead = [c for c in run.calls if c.error_type == "ExecutorFailedError"]
+    seen = run.callback_times_ns + [c.end_ns for c in dead if c.end_ns is not None]
+    failed_ns = min(seen + ([run.failed_at_ns] if run.failed_at_ns is not None else []),
+                    default=None)
+    if failed_ns is None and not run.workers_gone and not run.failed_before_shutdown:
+        return None
+    asked = [c for c in run.calls if "ExecutorFailedError" in (c.expect_errors or ())]
+    if asked and (failed_ns is None or failed_ns >= asked[0].start_ns):
+        return None  # the workload ended the workers on purpose (and said so)
+    why = run.failed_before_shutdown or (dead[0].error if dead else "") \
+        or "; ".join(run.workers_gone) or "the failure callback ran"
+    return (f"the executor failed with no fault fired: {why[:300]} ({len(dead)} call(s) "
+            "raised ExecutorFailedError; a run meant to fail says so: expect = \"fail_fast\", "
+            "or a call declaring ExecutorFailedError)")
+
+
+def planned_faults_fired(run: RunRecord) -> list[Violation]:
+    """A planned fault that never fired tested nothing: reported, unless declared
+    ``may_not_fire`` (e.g. a small probability over a few calls)."""
+    fired = {f["index"] for f in run.faults}
+    return [Violation("unfired", f"planned fault {p['index']} ({p['kind']} of {p['target']}, "
+                                 f"{p['trigger']}) never fired, so the run tested nothing of it; "
+                                 "declare may_not_fire = true on the fault if that is intended")
+            for p in run.planned if p["index"] not in fired and not p.get("may_not_fire")]
+
+
 from chaos import oracles_around  # noqa: E402 - it builds on RunRecord and Violation
 
 ALL_ORACLES: tuple[Oracle, ...] = (
     results_correct, deadlines_met, failure_detected, callback_once, futures_in_order,
-    nothing_leaked, shutdown_bounded, never_hung, outcome_matches, *oracles_around.ORACLES,
+    nothing_leaked, shutdown_bounded, never_hung, outcome_matches, fault_free_stays_fault_free,
+    planned_faults_fired, *oracles_around.ORACLES,
 )
 
 

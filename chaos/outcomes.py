@@ -13,6 +13,9 @@ which ``tests/chaos_tests/test_outcome_table.py`` runs on fork, forkserver and s
                    in step, later calls succeed
     RECOVER        every call succeeds (maybe slower)
     EXIT_CLEAN     the driver died: every worker exits, nothing is left in /dev/shm
+    FAULT_FREE     no fault fired: every call ends as its request asks (its own result, or
+                   the error it asks for: ``fail``, a ``sleep`` past its timeout, a declared
+                   one) and the executor never fails (``chaos.oracles.fault_free_stays_fault_free``)
 
 A ``KillNode`` row runs with a second node on loopback (``config_for``: ``TWO_NODES``).
 """
@@ -47,6 +50,7 @@ class Outcome(enum.StrEnum):
     INTERRUPT = "interrupt"
     RECOVER = "recover"
     EXIT_CLEAN = "exit_clean"
+    FAULT_FREE = "fault_free"  # what "auto" expects of a run in which no fault fired
 
 
 # Phases whose exceptions the worker turns into an error reply; elsewhere an exception

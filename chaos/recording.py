@@ -23,7 +23,6 @@ from executor.protocol import method_name
 from executor.surfaces import ExecutorLike
 
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
-_ERROR_METHODS = {"fail": "WorkerError", "exit": "ExecutorFailedError"}
 
 
 @dataclasses.dataclass
@@ -87,6 +86,19 @@ def expected_result(method: Any, args: tuple[Any, ...], reply_rank: int | None,
         return per_rank(reply_rank)
     values = [per_rank(r) for r in range(world_size)]
     return UNKNOWN if UNKNOWN in values else values
+
+
+def requested_error(call: CallRecord) -> str | None:
+    """The error an EchoWorker call asks for by itself, with no fault: ``fail`` raises (a
+    WorkerError), a ``sleep`` at least as long as its timeout times out.  ``exit`` is not
+    here: a workload that ends the workers on purpose declares it (``expect_errors``)."""
+    if call.method == "fail":
+        return "WorkerError"
+    seconds = call.args[0] if call.args else None
+    if (call.method == "sleep" and call.timeout is not None
+            and isinstance(seconds, (int, float)) and seconds >= call.timeout):
+        return "TimeoutError"
+    return None
 
 
 class RecordingExecutor:

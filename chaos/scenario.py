@@ -5,6 +5,10 @@
          ▲ CallCounter (driver failpoints)      Injector (timer thread: signals, helpers)
     shutdown ─► leak snapshot ─► fault timeline ─► oracles ─► ScenarioResult (+ result.json)
 
+Expected outcome "auto": the outcome table's for the faults that fired, or ``FAULT_FREE`` when
+none did (then nothing may fail).  A planned fault that never fired is a violation
+("unfired") unless its index is in ``may_not_fire``.
+
 A plan with ``KillDriver`` runs the driver in a subprocess instead (``chaos.driver_run``).
 With ``cfg.nnodes > 1`` the agents of nodes 1.. start just before the executor (``chaos.nodes``,
 loopback, a fresh secret in out/nodes/); they must be gone after shutdown, else a leak.
@@ -20,7 +24,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +34,16 @@ from chaos import interrupts, points, resources, surroundings
 from chaos.control import ENV_VAR, ControlDir
 from chaos.injector import Injector
 from chaos.nodes import RemoteNodes
-from chaos.oracles import Bounds, RunRecord, Violation, check, detection_latency_s, observed_outcome
+from chaos.oracles import (
+    Bounds,
+    RunRecord,
+    Violation,
+    check,
+    detection_latency_s,
+    fault_free_stays_fault_free,
+    observed_outcome,
+    planned_faults_fired,
+)
 from chaos.outcomes import Outcome, combined_outcome, outcome_for
 from chaos.plan import FaultPlan, ResolvedFault
 from chaos.recording import CallRecord, RecordingExecutor
@@ -57,6 +70,7 @@ class ScenarioResult:
     wall_s: float
     unfired: list[int]  # indices of planned faults that never fired
     error: str = ""  # a scenario that could not run (e.g. the executor did not start)
+    may_not_fire: list[int] = dataclasses.field(default_factory=list)  # declared so: no violation
 
     @property
     def ok(self) -> bool:
@@ -72,6 +86,7 @@ class ScenarioResult:
             "outcome": self.outcome and self.outcome.value,
             "detection_latency_s": self.detection_latency_s, "shutdown_s": self.shutdown_s,
             "wall_s": round(self.wall_s, 4), "unfired": self.unfired, "error": self.error,
+            "may_not_fire": self.may_not_fire,
         }
 
 
@@ -79,8 +94,10 @@ def run_scenario(
     cfg: ExecutorConfig, workload: Workload, plan: FaultPlan, out_dir: str | os.PathLike[str],
     *, name: str = "scenario", expected: Outcome | str | None = "auto",
     bounds: Bounds | None = None, executor_class: type = MultiprocExecutor,
+    may_not_fire: Collection[int] = (),
 ) -> ScenarioResult:
-    """Run ``workload(executor)`` under ``plan``; see the module docstring."""
+    """Run ``workload(executor)`` under ``plan``; see the module docstring.  ``may_not_fire``:
+    indices of planned faults that may legitimately never fire (no "unfired" violation)."""
     out = Path(out_dir)
     for stale in ("ctl", "trace"):  # a rerun into the same directory starts clean
         shutil.rmtree(out / stale, ignore_errors=True)
@@ -93,8 +110,12 @@ def run_scenario(
         from chaos.driver_run import run_with_driver_process
 
         result = run_with_driver_process(cfg, workload, plan, out, name, bounds, executor_class)
+        result.violations += planned_faults_fired(RunRecord(
+            calls=[], faults=result.faults, planned=planned_faults(plan.resolve(), may_not_fire)))
     else:
-        result = _InProcessRun(cfg, workload, plan, out, name, bounds, executor_class).run(expected)
+        result = _InProcessRun(cfg, workload, plan, out, name, bounds, executor_class,
+                               may_not_fire).run(expected)
+    result.may_not_fire = sorted(set(may_not_fire))
     (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
     return result
 
@@ -161,16 +182,39 @@ def expected_outcome(expected: Outcome | str | None, timeline: list[dict[str, An
     if expected != "auto":
         return Outcome(expected) if expected is not None else None
     hit = sorted({r["index"] for r in timeline})
-    return combined_outcome([resolved[i].fault for i in hit])
+    return combined_outcome([resolved[i].fault for i in hit]) or Outcome.FAULT_FREE
+
+
+def planned_faults(resolved: list[ResolvedFault], may_not_fire: Collection[int]) -> list[dict[str, Any]]:
+    """Each planned fault, in words, for the ``planned_faults_fired`` oracle."""
+    return [{"index": r.index, "kind": r.fault.kind, "target": _target(r),
+             "trigger": _trigger(r), "may_not_fire": r.index in may_not_fire} for r in resolved]
+
+
+def _target(r: ResolvedFault) -> str:
+    node = getattr(r.fault, "node", None)
+    return f"node {node}" if node is not None else f"rank {r.fault.rank}"
+
+
+def _trigger(r: ResolvedFault) -> str:
+    if r.at_s is not None:
+        return f"due {r.at_s:.3f} s after the workload started"
+    first = min(r.calls, default=None)
+    if r.fault.probability is not None:
+        return (f"with probability {r.fault.probability:g} per call of {r.method!r}, first "
+                f"drawn call {first}")
+    return f"on call {first} of {r.method!r}"
 
 
 class _InProcessRun:
     def __init__(self, cfg: ExecutorConfig, workload: Workload, plan: FaultPlan, out: Path,
-                 name: str, bounds: Bounds, executor_class: type) -> None:
+                 name: str, bounds: Bounds, executor_class: type,
+                 may_not_fire: Collection[int] = ()) -> None:
         self.cfg, self.workload, self.plan, self.out = cfg, workload, plan, out
         self.name, self.bounds, self.executor_class = name, bounds, executor_class
         self.trace_dir, self.ctl = out / "trace", ControlDir(out / "ctl")
         self.resolved = plan.resolve()
+        self.planned = planned_faults(self.resolved, may_not_fire)
         self.hung = False
 
     def run(self, expected: Outcome | str | None) -> ScenarioResult:
@@ -216,6 +260,7 @@ class _InProcessRun:
             calls=proxy.calls, faults=annotate(self.ctl.timeline(), self.resolved),
             callback_times_ns=proxy.callback_times_ns, failed_at_ns=failed_at,
             shutdown_s=shutdown_s, leaks=leaks, hung=self.hung, bounds=self.bounds,
+            planned=self.planned,
             shutdown_bound_s=self.cfg.shutdown_grace + self.cfg.sigterm_grace
             + self.bounds.shutdown_slack_s,
         )
@@ -291,7 +336,7 @@ class _InProcessRun:
             name=self.name, seed=self.plan.seed, violations=violations, trace_dir=self.trace_dir,
             out_dir=self.out, calls=run.calls, faults=run.faults,
             fired_points=fired_points(run.faults, self.resolved), expected=run.expected,
-            outcome=observed_outcome(run), detection_latency_s=detection_latency_s(run),
+            outcome=_outcome(run), detection_latency_s=detection_latency_s(run),
             shutdown_s=run.shutdown_s, wall_s=wall_s,
             unfired=[r.index for r in self.resolved if r.index not in hit],
         )
@@ -304,3 +349,10 @@ class _InProcessRun:
             expected=None, outcome=None, detection_latency_s=None, shutdown_s=None,
             wall_s=time.monotonic() - t0, unfired=[r.index for r in self.resolved], error=message,
         )
+
+
+def _outcome(run: RunRecord) -> Outcome:
+    """What was observed; FAULT_FREE only for a fault-free run that stayed so."""
+    if run.expected == Outcome.FAULT_FREE and not run.hung and not fault_free_stays_fault_free(run):
+        return Outcome.FAULT_FREE
+    return observed_outcome(run)

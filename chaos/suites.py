@@ -3,14 +3,18 @@
     [suite]                      name, description, seed, and config defaults
     [[scenario]]                 name, workload ("standard" | "module:function") or calls,
       [scenario.config]          ExecutorConfig overrides, expect (an outcome or "auto"),
-      [[scenario.faults]]        kind + the fault's fields (see chaos.faults)
+      [[scenario.faults]]        kind + the fault's fields (see chaos.faults); ``at`` is
+                                 seconds or a [low, high] range (low <= high);
+                                 ``may_not_fire = true``: it may legitimately never fire (a
+                                 small probability, a time past the workload's end); else a
+                                 fault that never fires is an "unfired" violation
     [[recovery]]                 a model-generation scenario under a recovery policy
                                  (chaos.recovery: fault, rank, steps, policy, tp, pp, ...)
 
 Built-in suites live beside this module (``chaos/suites/*.toml``); ``load_suite`` takes a
 name or a path.  Every error names the file and the key, e.g.
 ``smoke.toml: scenario[3].faults[0].rank: ...``; a fault on a rank outside the scenario's
-world is one of those errors, raised at load time.
+world is one of those errors, raised at load time, and so is a file that is not UTF-8 text.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Scenario:
     workload: str = "standard"
     calls: tuple[CallSpec, ...] = ()
     expect: str = "auto"
+    may_not_fire: tuple[int, ...] = ()  # indices of faults that may legitimately never fire
 
     def executor_config(self, start_method: str | None = None) -> ExecutorConfig:
         overrides = {"start_method": start_method} if start_method else {}
@@ -64,7 +69,9 @@ class Scenario:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"name": self.name, "config": self.config,
-                                "faults": [f.to_dict() for f in self.faults],
+                                "faults": [{**f.to_dict(), **({"may_not_fire": True}
+                                                              if i in self.may_not_fire else {})}
+                                           for i, f in enumerate(self.faults)],
                                 "expect": self.expect}
         if self.calls:
             data["calls"] = [c.to_dict() for c in self.calls]
@@ -79,14 +86,14 @@ class Scenario:
         if not isinstance(name, str) or not name:
             raise PlanError(f"{where}.name: every scenario needs a name (a non-empty string)")
         config = {**defaults, **_config(data.get("config", {}), f"{where}.config")}
-        faults = _list(data, "faults", where)
+        faults = [_fault(f, f"{where}.faults[{i}]") for i, f in enumerate(_list(data, "faults", where))]
         calls = _list(data, "calls", where)
         scenario = cls(
-            name, config,
-            tuple(fault_from_dict(f, f"{where}.faults[{i}]") for i, f in enumerate(faults)),
+            name, config, tuple(f for f, _ in faults),
             _workload(data.get("workload", "standard"), f"{where}.workload"),
             tuple(CallSpec.from_dict(c, f"{where}.calls[{i}]") for i, c in enumerate(calls)),
             _expect(data.get("expect", "auto"), f"{where}.expect"),
+            tuple(i for i, (_, may) in enumerate(faults) if may),
         )
         scenario.check_ranks(where)
         return scenario
@@ -122,10 +129,15 @@ def suite_path(name_or_path: str) -> Path:
 def load_suite(name_or_path: str) -> Suite:
     path = suite_path(name_or_path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         known = sorted(p.stem for p in SUITE_DIR.glob("*.toml"))
         raise SuiteError(f"{path}: no such suite file (built-in suites: {known})") from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{path.name}: not UTF-8 text (byte {exc.start} is "
+                         f"{exc.object[exc.start:exc.start + 1]!r}); TOML files are UTF-8") from None
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read the suite file: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path.name}: not valid TOML: {exc}") from None
     try:
@@ -171,6 +183,20 @@ def _list(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise PlanError(f"{full}: must be an array of tables ([[{full}]])")
     return value
+
+
+def _fault(data: dict[str, Any], where: str) -> tuple[Fault, bool]:
+    """One [[scenario.faults]] table: the fault, and whether it may never fire."""
+    fields = dict(data)
+    may_not_fire = fields.pop("may_not_fire", False)
+    if not isinstance(may_not_fire, bool):
+        raise PlanError(f"{where}.may_not_fire: must be true or false, got {may_not_fire!r}")
+    fault = fault_from_dict(fields, where)
+    at = fault.at
+    if isinstance(at, tuple) and (len(at) != 2 or at[0] > at[1]):
+        raise PlanError(f"{where}.at: a time range is [low, high] with low <= high, "
+                        f"got {list(at)}")
+    return fault, may_not_fire
 
 
 def _config(data: Any, where: str) -> dict[str, Any]:

@@ -4,8 +4,9 @@
     faultlab chaos replay DIR/SCENARIO [--out DIR2]
 
 Exit status: 0 when every invariant held, 1 when one broke, 2 for a usage error (a malformed
-suite, a fault on a rank outside the world, a bad or unmatched ``-k``, an ``--out`` that is a
-file): one stderr line, raised as ``UsageError`` before any scenario runs.
+or non-UTF-8 suite, a fault on a rank outside the world, a bad or unmatched ``-k``, an
+``--out`` or ``--junit`` that cannot be written): one stderr line, raised as ``UsageError``
+before any scenario runs.  A JUnit file whose write still fails at the end is one line too.
 Progress goes to stderr, the summary table to stdout.
 """
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultlab.usage import UsageError, output_dir, output_file, regex
+from faultlab.usage import UsageError, dir_problem, output_dir, output_file, regex
 
 if TYPE_CHECKING:
     from chaos.suites import Scenario
@@ -61,7 +62,10 @@ def _run(args: argparse.Namespace) -> int:
     print_summary(results)
     sys.stdout.write(f"wall time {wall:.1f} s, {len(results) / wall * 60:.1f} scenarios/min\n")
     if args.junit is not None:
-        write_junit(results, suite.name, args.junit, wall)
+        try:
+            write_junit(results, suite.name, args.junit, wall)
+        except OSError as exc:
+            raise UsageError(f"--junit {args.junit}: cannot write: {exc.strerror or exc}") from None
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -80,6 +84,9 @@ def _replay(args: argparse.Namespace) -> int:
     source = args.scenario_dir
     saved, scenario = _load_saved(source)
     out = args.out or source / "replay"
+    problem = dir_problem(out)
+    if problem:
+        raise UsageError(f"cannot write the replay into {out}: {problem} (give --out DIR)")
     result = run_one(scenario, saved["seed"], out, saved.get("start_method"))
     print_summary([result])
     same = schedule_signature(scenario.plan(saved["seed"]).resolve())

@@ -9,8 +9,9 @@ Data flow::
 
 Both check RUN_DIR first: a missing directory, or one holding no faultlab journal (nothing,
 or only foreign files), is a usage error (one stderr line, exit 2, no output file written),
-not an empty trace.  Imports of pandas and the SDK stay inside ``run``: the dispatcher
-imports this module to build its parser.
+not an empty trace.  So is an ``--out`` that cannot be written (checked when parsed; a write
+that still fails, as to ``/dev/full``, is one line too, exit 2).  Imports of pandas and the
+SDK stay inside ``run``: the dispatcher imports this module to build its parser.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from faultlab.usage import UsageError, output_file
+from faultlab.usage import UsageError, output_file, write_output, write_stdout
 
 FORMATS = ("jaeger", "otlp-json", "perfetto")
 
@@ -82,10 +83,9 @@ def render(run_dir: Path, fmt: str) -> dict[str, Any]:
 def _export(run_dir: Path, fmt: str, out: Path | None) -> int:
     text = json.dumps(render(run_dir, fmt), separators=(",", ":"))
     if out is None:
-        sys.stdout.write(text + "\n")
+        write_stdout(text + "\n")
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+        write_output(out, text + "\n")
         print(f"wrote {fmt} trace of {run_dir} to {out}", file=sys.stderr)
     return 0
 

@@ -60,6 +60,12 @@ def test_builtin_suites_cover_every_fault_kind():
     ("[suite]\nname = 'x'\n", "scenario"),
     ("[[scenario]]\nname = 'a'\n[[scenario]]\nname = 'a'\n", "duplicate"),
     ("not toml = = =", "not valid TOML"),
+    ("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'kill_worker'\nat = [5.0, 0.1]\n",
+     "scenario[0].faults[0].at: a time range is [low, high] with low <= high, got [5.0, 0.1]"),
+    ("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'kill_worker'\nat = [0.1, 0.2, 0.3]\n",
+     "scenario[0].faults[0]: kill_worker: at must be seconds >= 0 or a [low, high] range"),
+    ("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'kill_worker'\nmay_not_fire = 'yes'\n",
+     "scenario[0].faults[0].may_not_fire: must be true or false"),
 ])
 def test_malformed_suite_names_file_and_key(tmp_path, text, where):
     path = tmp_path / "bad_suite.toml"
@@ -217,3 +223,80 @@ def test_replay_of_a_malformed_scenario_is_a_usage_error(tmp_path):
     line = _usage_error("chaos", "replay", str(tmp_path))
     assert "scenario.json is not a saved scenario" in line and "bad" in line
     assert "not found" in _usage_error("chaos", "replay", str(tmp_path / "nowhere"))
+
+
+# ---------------------------------------------------------------- one-line errors, in process
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Run ``faultlab`` in this process; assert exit 2 and one stderr line; return that line."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's errors (faultlab.usage.OneLineParser)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err.strip()
+
+
+def test_suite_that_is_not_utf8_is_one_line_error(tmp_path, capsys):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes("[suite]\nname = 'caf\u00e9'\n[[scenario]]\nname = 'a'\n".encode("latin-1"))
+    line = _one_line_error(capsys, "chaos", "run", str(path), "--out", str(tmp_path / "o"))
+    assert "latin1.toml: not UTF-8 text" in line and "byte 19" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_time_range_low_above_high_is_one_line_error(tmp_path, capsys):
+    path = tmp_path / "backwards.toml"
+    path.write_text("[[scenario]]\nname = 'a'\n[[scenario.faults]]\nkind = 'kill_worker'\n"
+                    "at = [5.0, 0.1]\n")
+    line = _one_line_error(capsys, "chaos", "run", str(path), "--out", str(tmp_path / "o"))
+    assert "backwards.toml: scenario[0].faults[0].at" in line and "low <= high" in line
+
+
+def _read_only_file(tmp_path: Path) -> str:
+    path = tmp_path / "read-only.xml"
+    path.write_text("keep me")
+    path.chmod(0o444)
+    return str(path)
+
+
+UNWRITABLE = [
+    pytest.param(_read_only_file, "it is read-only (mode 0444)", id="read-only-file"),
+    pytest.param(lambda tmp: "/proc/version", "it is read-only", id="proc-version"),
+    pytest.param(lambda tmp: str(tmp / "a-file" / "junit.xml"), "a-file is not a directory",
+                 id="under-a-file"),
+    pytest.param(lambda tmp: "/proc/faultlab-none/junit.xml", "nothing can be created in /proc",
+                 id="under-proc"),
+]
+
+
+@pytest.mark.parametrize(("make_path", "why"), UNWRITABLE)
+def test_junit_to_unwritable_path_is_one_line_error_before_any_scenario(tmp_path, capsys,
+                                                                         make_path, why):
+    (tmp_path / "a-file").write_text("a file, not a directory")
+    junit = make_path(tmp_path)
+    line = _one_line_error(capsys, "chaos", "run", "smoke", "--out", str(tmp_path / "o"),
+                           "--junit", junit)
+    assert f"argument --junit: cannot write {junit}: " in line and why in line  # when parsed
+    assert not (tmp_path / "o").exists()  # no scenario ran
+    if junit.endswith("read-only.xml"):
+        assert Path(junit).read_text() == "keep me"
+
+
+@pytest.mark.parametrize("out", ["/proc/faultlab-out", "/proc/version/out"])
+def test_out_that_cannot_be_made_is_one_line_error(capsys, out):
+    line = _one_line_error(capsys, "chaos", "run", "smoke", "--out", out)
+    assert "argument --out" in line and out in line
+
+
+def test_junit_write_failing_after_the_run_is_one_line_error(tmp_path, capsys):
+    path = tmp_path / "one.toml"
+    path.write_text("[suite]\nname = 'one'\n[suite.config]\nstart_method = 'fork'\n"
+                    "[[scenario]]\nname = 'echo'\ncalls = [{method = 'echo', args = [1], timeout = 5.0}]\n")
+    code = main(["chaos", "run", str(path), "--out", str(tmp_path / "o"), "--junit", "/dev/full"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == ("faultlab chaos: error: --junit /dev/full: cannot write: "
+                                    "No space left on device")

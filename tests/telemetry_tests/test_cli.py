@@ -188,3 +188,64 @@ def test_trace_export_out_naming_a_directory_is_a_usage_error(
 ) -> None:
     line = _usage_error("export", str(recorded_run["dir"]), "--out", str(tmp_path))
     assert "--out" in line and "is a directory" in line
+
+
+# ---------------------------------------------------------------- unwritable outputs, in process
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Run ``faultlab trace`` in this process; assert exit 2 and one stderr line; return it."""
+    try:
+        code = main(["trace", *argv])
+    except SystemExit as exc:  # argparse's errors (faultlab.usage.OneLineParser)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err.strip()
+
+
+def _read_only(tmp_path: Path) -> Path:
+    path = tmp_path / "read-only.json"
+    path.write_text("keep me")
+    path.chmod(0o444)
+    return path
+
+
+@pytest.mark.parametrize(("make_out", "why"), [
+    pytest.param(_read_only, "it is read-only (mode 0444)", id="read-only-file"),
+    pytest.param(lambda tmp: Path("/proc/version"), "it is read-only", id="proc-version"),
+    pytest.param(lambda tmp: tmp / "a-file" / "trace.json", "a-file is not a directory",
+                 id="under-a-file"),
+    pytest.param(lambda tmp: Path("/proc/faultlab-none/trace.json"),
+                 "nothing can be created in /proc", id="under-proc"),
+])
+def test_trace_export_to_unwritable_path_is_one_line_error(
+    recorded_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    make_out: Any, why: str,
+) -> None:
+    (tmp_path / "a-file").write_text("a file, not a directory")
+    out = make_out(tmp_path)
+    line = _one_line_error(capsys, "export", str(recorded_run["dir"]), "--out", str(out))
+    assert f"argument --out: cannot write {out}: " in line and why in line  # checked when parsed
+    if out.name == "read-only.json":
+        assert out.read_text() == "keep me"
+
+
+def test_trace_export_to_dev_full_is_one_line_error(
+    recorded_run: dict[str, Any], capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = _one_line_error(capsys, "export", str(recorded_run["dir"]), "--out", "/dev/full")
+    assert line == "faultlab trace: error: cannot write /dev/full: No space left on device"
+
+
+def test_trace_export_to_a_full_stdout_is_one_line_error(
+    recorded_run: dict[str, Any], capsys: pytest.CaptureFixture[str],
+) -> None:
+    saved = sys.stdout
+    with open("/dev/full", "w") as full:  # the error points its descriptor at /dev/null
+        sys.stdout = full
+        try:
+            line = _one_line_error(capsys, "export", str(recorded_run["dir"]))
+        finally:
+            sys.stdout = saved
+    assert line == "faultlab trace: error: cannot write to stdout: No space left on device"

@@ -6,13 +6,15 @@ file descriptors and threads, taken before the executor starts and after it shut
 Invariant: what multiprocessing keeps for its session-long helpers (the resource tracker,
 the forkserver) is not the scenario's leak, even when the scenario's first spawn started
 them: their processes (by command line) and their fds (the ones multiprocessing holds
-for them at the time of the check) are left out.
+for them at the time of the check) are left out.  So are, in a Jupyter kernel, the fds of
+ipykernel's per-thread output sockets (``_kernel_output_fds``): the kernel's, not the scenario's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -50,6 +52,26 @@ def _session_helper_fds() -> set[int]:
     held = (getattr(resource_tracker._resource_tracker, "_fd", None),
             getattr(forkserver._forkserver, "_forkserver_alive_fd", None))
     return {fd for fd in held if isinstance(fd, int)}
+
+
+def _kernel_output_fds() -> set[int]:
+    """In a Jupyter kernel: the eventfds of ipykernel's per-thread output sockets.
+
+    ipykernel gives every thread that writes to stdout or stderr its own zmq PUSH socket
+    (``IOPubThread._event_pipes``, whose mailbox is an eventfd) and closes it only in a
+    sweep every 10 s after the thread ended.  The executor's monitor thread printing
+    "executor failed: ..." is enough to make one: the kernel owns it and closes it, so it is
+    no leak of the scenario (issue 25: "anon_inode:[eventfd] was left open" in the notebook).
+    """
+    fds: set[int] = set()
+    for stream in (sys.stdout, sys.stderr):
+        pipes = getattr(getattr(stream, "pub_thread", None), "_event_pipes", None)
+        for socket in list(pipes.values()) if isinstance(pipes, dict) else []:
+            try:
+                fds.add(int(socket.FD))  # zmq's signalling fd: the eventfd we saw
+            except Exception:  # noqa: BLE001 - a closed socket holds no fd
+                continue
+    return fds
 
 
 def child_processes(include_zombies: bool = True) -> list[psutil.Process]:
@@ -113,7 +135,7 @@ def leaks(before: Snapshot, worker_pids: Iterable[int], owner_pid: int, ignore_p
     problems += [f"thread {t.name!r} is still running after shutdown" for t in threads]
     shm = sorted(n for n in after.shm - before.shm if n.startswith(f"faultlab_{owner_pid}_"))
     problems += [f"/dev/shm/{n} was not unlinked" for n in shm]
-    ignore, helpers = tuple(ignore_paths), _session_helper_fds()
+    ignore, helpers = tuple(ignore_paths), _session_helper_fds() | _kernel_output_fds()
     problems += [f"file descriptor {fd} ({target}) was left open"
                  for fd, target in sorted(after.fds.items())
                  if before.fds.get(fd) != target and not target.startswith(ignore)

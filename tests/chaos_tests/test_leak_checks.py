@@ -3,7 +3,8 @@
 - tests/leaks.py (every test's autouse check): only ``faultlab_<this pid>_`` names in
   /dev/shm are judged; another program's entries (``psm_*``) come and go freely.
 - chaos/resources.py (the scenario leak oracle): the fds multiprocessing keeps for its
-  session helpers, started lazily by a process's first spawn, are not the scenario's.
+  session helpers, started lazily by a process's first spawn, are not the scenario's; nor,
+  in a Jupyter kernel, the eventfd of the output socket ipykernel gives each thread that prints.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import leaks
 import pytest
 
+from chaos import resources
 from executor.shm import PREFIX, SHM_DIR
 
 CHILD = Path(__file__).with_name("fresh_scenario.py")
@@ -80,3 +83,44 @@ def test_first_scenario_still_reports_a_real_descriptor_leak(tmp_path: Path) -> 
     violations = _fresh_scenario("spawn", tmp_path / "out", "leak-pipe")
     assert len(violations) == 2, violations  # both ends of the pipe, nothing else
     assert all("file descriptor" in v and "pipe:" in v for v in violations), violations
+
+
+class _KernelStream:
+    """What ipykernel's OutStream shows of itself: ``pub_thread._event_pipes``, one zmq
+    socket per thread that wrote (ipykernel.iostream.IOPubThread._event_pipe)."""
+
+    def __init__(self, pipes: dict[threading.Thread, object]) -> None:
+        self.pub_thread = type("IOPubThread", (), {"_event_pipes": pipes})()
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_kernel_output_socket_of_a_thread_is_not_a_leak_but_our_eventfd_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    iopub = ctx.socket(zmq.PUB)  # the kernel's sockets (and its context's fds) predate the run
+    before = resources.snapshot()
+    pipes: dict[threading.Thread, object] = {}
+    thread = threading.Thread(target=lambda: pipes.update(
+        {threading.current_thread(): ctx.socket(zmq.PUSH)}))
+    thread.start()
+    thread.join()  # the thread printed, then ended: ipykernel closes its socket up to 10 s later
+    ours = os.eventfd(0)
+    try:
+        monkeypatch.setattr(sys, "stdout", _KernelStream(pipes))
+        problems = resources.leaks(before, [], os.getpid(), (), wait_s=0.0)
+        monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+        without_kernel = resources.leaks(before, [], os.getpid(), (), wait_s=0.0)
+    finally:
+        os.close(ours)
+        for socket in [iopub, *pipes.values()]:
+            socket.close(linger=0)  # type: ignore[attr-defined]
+        ctx.term()
+    assert problems == [f"file descriptor {ours} (anon_inode:[eventfd]) was left open"]
+    assert len(without_kernel) == 2  # the check is not blind to eventfds: with no kernel, both

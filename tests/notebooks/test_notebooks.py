@@ -4,6 +4,8 @@
         │  after each cell: note the kernel's descendants (executors, workers, forkserver)
         ▼
     execute ─► kernel shut down ─► every noted process gone? no new dead-owner segment?
+        └─► outputs: no error, a figure, and no "invariant <name>: ..." line (a violation
+            a notebook's scenario printed fails the test, it is not just text)
 
 The root conftest checks this process's children; the kernel's own children are
 grandchildren that outlive a shut-down kernel as orphans, so they are checked here.
@@ -34,6 +36,7 @@ NOTEBOOKS = ROOT / "notebooks"
 CELL_TIMEOUT_S = 60
 NOTEBOOK_BOUND_S = {"failure_timelines.ipynb": 60, "latency.ipynb": 60}
 _OWNER_RE = re.compile(r"^faultlab_(\d+)_")
+_VIOLATION_RE = re.compile(r"^\s*invariant [\w-]+: .*$", re.MULTILINE)  # failure_timelines' run()
 
 
 @pytest.fixture
@@ -142,5 +145,26 @@ def _check_outputs(name: str, book: Any) -> None:
     outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
     errors = [o for o in outputs if o.output_type == "error"]
     assert not errors, errors
+    violations = violation_lines(outputs)
+    assert not violations, f"{name}: its scenarios broke invariants: {violations}"
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert images, f"{name} drew no figure"
+
+
+def violation_lines(outputs: list[Any]) -> list[str]:
+    """The "invariant <name>: <message>" lines a notebook printed (stream outputs)."""
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    return [m.strip() for m in _VIOLATION_RE.findall(text)]
+
+
+def test_a_printed_violation_fails_the_notebook_check() -> None:
+    """The check above reads the lines failure_timelines' run() prints for each violation."""
+    printed = [nbformat.v4.new_output("stream", name="stdout", text=(
+        "kill_worker: outcome fail_fast, 3 calls, wall 0.25 s\n"
+        "  invariant leak: file descriptor 69 (anon_inode:[eventfd]) was left open\n"))]
+    assert violation_lines(printed) == [
+        "invariant leak: file descriptor 69 (anon_inode:[eventfd]) was left open"]
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("run()", outputs=printed)])
+    with pytest.raises(AssertionError, match="broke invariants"):
+        _check_outputs("failure_timelines.ipynb", book)
+    assert violation_lines([nbformat.v4.new_output("stream", name="stdout", text="ok\n")]) == []

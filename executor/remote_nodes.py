@@ -72,6 +72,11 @@ class RemoteNodes:
         return self._hub.rejected
 
     @property
+    def refused(self) -> int:
+        """Connections refused at the hub's gate for a wrong connect token (tcp_gate.py)."""
+        return self._hub.refused
+
+    @property
     def stale(self) -> int:
         """Authentic messages of an older incarnation, dropped undelivered."""
         return self._hub.stale + sum(r.stale for r in self._replies)

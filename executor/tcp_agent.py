@@ -1,7 +1,8 @@
 """The node agent's link to the driver between and during incarnations (``faultlab worker``).
 
     run_node: HELLO ─► CONFIG(n=0) ─► fork the group ─► NodeAgent.serve(config, group)
-    serve:  DEALER "a<node>.<n>" ══ TCP ══► the driver's hub (HMAC under the secret)
+    serve:  DEALER "a<node>.<n>" ══ TCP ══► the driver's hub (HMAC under the secret; the
+            connection shows the secret's token at the driver's gate, tcp_gate.py)
         every heartbeat_interval: AGENT(node, n) ─►        ◄─ HEARTBEAT (a sign of life)
         ◄─ RESTART(n' > n, NodeConfig): the group leaves (death pipe closed); once it is
            gone (or shutdown_grace passed) return the new config ─► run_node stops and reaps
@@ -29,6 +30,7 @@ import zmq
 
 from executor.errors import AuthenticationError
 from executor.tcp_driver import NodeConfig, new_socket
+from executor.tcp_gate import present
 from executor.tcp_wire import AGENT, BYE, RESTART, agent_identity, poll_ms, seal, unseal
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ class NodeAgent:
         sock = new_socket(ctx, zmq.DEALER)
         try:
             sock.setsockopt(zmq.ROUTING_ID, agent_identity(self.node, config.incarnation))
+            present(sock, self.secret)
             sock.connect(f"tcp://{self.driver}")
             return self._loop(sock, config, group)
         finally:
@@ -118,4 +121,4 @@ class NodeAgent:
             except AuthenticationError as exc:
                 log.error("node %d: rejected a message on the driver's link: %s", self.node, exc)
                 continue
-            got.append((env.kind, env.payload()))
+            got.append((env.kind, bytes(env.payload())))

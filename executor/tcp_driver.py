@@ -4,6 +4,7 @@
                                      └─► TcpBroadcastWriter ─seal─► inproc ─┐
                                                                             ▼
     remote worker r ◄─────── TCP (ZeroMQ ROUTER, HMAC on every message) ── DriverHub thread
+          (the handshake passes tcp_gate's ConnectionGate first, served by the hub thread)
           │                                                                 │  heartbeats out,
           └── reply / READY / heartbeat ──► ROUTER ─unseal─► inproc ─► TcpReplies ─► ReplyCollector
                                                             └─► on_lost(node, ranks, why)
@@ -18,6 +19,8 @@ Invariants:
   ``end(n)`` says BYE to its workers; only ``stop`` (the executor's end) tells the agents.
 - Only the hub thread touches the ROUTER socket.  The executor's two inproc ends are used
   under the executor's send lock (requests) and reply lock (replies), one thread at a time.
+- No peer sends a message before its connection passed the gate (tcp_gate.py: a token
+  derived from the secret or a session key, at most MAX_FRAME_BYTES buffered before that).
 - Nothing from the network is unpickled before ``unseal`` accepted its HMAC.  A message that
   fails it is dropped and counted; from the identity of a registered remote worker it also
   fails the executor (the link was tampered with).  An authentic message of an older
@@ -47,6 +50,7 @@ import zmq
 from executor.config import ExecutorConfig
 from executor.errors import AuthenticationError, WorkerStartupError
 from executor.protocol import RemoteError
+from executor.tcp_gate import ConnectionGate, guard_server
 from executor.tcp_wire import (
     AGENT,
     AGENT_KINDS,
@@ -115,12 +119,15 @@ class DriverHub(threading.Thread):
         super().__init__(name="faultlab-tcp-hub", daemon=True)
         self.cfg, self.secret = cfg, secret
         self.ctx = zmq.Context()
+        self.gate = ConnectionGate(self.ctx, [secret])  # session keys are admitted by begin()
         self.router = new_socket(self.ctx, zmq.ROUTER)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone peer raises
+        guard_server(self.router)
         try:
             self.router.bind(f"tcp://{cfg.driver_host}:{cfg.driver_port}")
         except zmq.ZMQError as exc:
             self.router.close(linger=0)
+            self.gate.close()
             self.ctx.term()
             raise OSError(f"cannot listen on {cfg.driver_host}:{cfg.driver_port} for remote "
                           f"workers: {exc}") from exc
@@ -172,6 +179,11 @@ class DriverHub(threading.Thread):
     def session_key(self, incarnation: int) -> bytes:
         return self._keys[incarnation]
 
+    @property
+    def refused(self) -> int:
+        """Connections refused at the gate for a wrong token."""
+        return self.gate.refused
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> None:
@@ -179,12 +191,15 @@ class DriverHub(threading.Thread):
         poller.register(self.router, zmq.POLLIN)
         poller.register(self._requests_in, zmq.POLLIN)
         poller.register(self._wake.r, zmq.POLLIN)
+        poller.register(self.gate.sock, zmq.POLLIN)
         next_beat = 0.0
         try:
             while True:
                 events = dict(poller.poll(poll_ms(self.cfg.heartbeat_interval)))
                 if self._wake.r in events and not self._run_commands():
                     break
+                if self.gate.sock in events:
+                    self.gate.answer_all()
                 if self.router in events:
                     self._drain(self.router, self._on_network)
                 if self._requests_in in events:
@@ -197,7 +212,7 @@ class DriverHub(threading.Thread):
             self._lose(self.cfg.remote_ranks, f"the driver's TCP hub failed: {exc!r}")
         finally:
             self._say_bye()
-            for sock in (self.router, self._requests_in, self._replies_out):
+            for sock in (self.router, self._requests_in, self._replies_out, self.gate.sock):
                 sock.close(linger=0)
             if self._term_on_exit:
                 self.ctx.term()
@@ -237,7 +252,7 @@ class DriverHub(threading.Thread):
             handle(frames)
 
     def _on_network(self, frames: list[zmq.Frame]) -> None:
-        identity, raw = frames[0].bytes, [f.bytes for f in frames[1:]]
+        identity, raw = frames[0].bytes, [f.buffer for f in frames[1:]]  # views: no copy yet
         try:
             env = unseal(self._key_for(raw), raw)
         except AuthenticationError as exc:
@@ -252,11 +267,11 @@ class DriverHub(threading.Thread):
         else:
             self._last_seen[identity] = time.monotonic()
             if env.kind == DATA:
-                self._replies_out.send_multipart([raw[1], *env.parts], copy=False)
+                self._replies_out.send_multipart([raw[1], env.payload()], copy=False)
             elif env.kind in (READY, START_ERROR):
                 self._on_started(env)
 
-    def _key_for(self, raw: list[bytes]) -> bytes:
+    def _key_for(self, raw: list[memoryview]) -> bytes:
         """The secret for agents' messages, else the session key the head names (unknown: none)."""
         head = peek_head(raw)
         if head is None or head[0] in AGENT_KINDS:
@@ -376,6 +391,7 @@ class DriverHub(threading.Thread):
             incarnation = self.incarnation + 1
             nonce = secrets.token_bytes(16)
             self._keys[incarnation] = session_key(self.secret, incarnation, nonce)
+            self.gate.admit(self._keys[incarnation])  # before any of its workers can connect
             self._config_blob = pickle.dumps(
                 dataclasses.replace(node_config, incarnation=incarnation, nonce=nonce))
             self._ranks = {rank_identity(r, incarnation): r for r in self.cfg.remote_ranks}

@@ -1,8 +1,11 @@
 """The bytes on the TCP link between the driver and remote workers, and their authentication.
 
-    zmq multipart message = mac │ head │ part 1 │ … │ part k
+    zmq multipart message = mac │ head │ frame 1 │ … │ frame k
     head = magic "FLT2" · kind · rank · incarnation · msg_id
-    mac  = HMAC-SHA256(key, len(head) head len(part 1) part 1 …)   (lengths as u64)
+    frames = the payload's parts, each split into frames of at most MAX_FRAME_BYTES
+             (the driver's socket refuses a larger frame: tcp_gate.py); the payload is
+             their concatenation, so a receiver never needs the parts' boundaries
+    mac  = HMAC-SHA256(key, len(head) head len(frame 1) frame 1 …)   (lengths as u64)
     key  = the secret (agent ⇄ driver: HELLO, CONFIG, RESTART, AGENT and their HEARTBEAT/BYE)
          | session_key(secret, incarnation, nonce)   (workers ⇄ driver, one per incarnation)
 
@@ -38,6 +41,7 @@ _HEAD = struct.Struct("<4sBiIQ")  # magic, kind, rank (-1: the driver; a node fo
 HEAD_BYTES = _HEAD.size
 _LEN = struct.Struct("<Q")
 MAC_BYTES = 32
+MAX_FRAME_BYTES = 256 << 10  # the largest frame on the wire (the driver's MAXMSGSIZE)
 
 HELLO = 1  # agent -> driver: rank field = node rank
 CONFIG = 2  # driver -> agent: payload = pickled NodeConfig
@@ -60,10 +64,11 @@ class Envelope:
     kind: int
     rank: int
     msg_id: int
-    parts: list[bytes]
+    parts: list[bytes | memoryview]  # the frames after the head (views of received frames)
     incarnation: int = 0
 
-    def payload(self) -> bytes:
+    def payload(self) -> bytes | memoryview:
+        """The frames joined: one copy when the payload came in several frames."""
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
@@ -79,11 +84,20 @@ def seal(secret: bytes, kind: int, rank: int, msg_id: int,
          parts: Sequence[bytes | memoryview] = (), incarnation: int = 0) -> list[bytes | memoryview]:
     """The frames of one authenticated message."""
     frames: list[bytes | memoryview] = [_HEAD.pack(MAGIC, kind, rank, incarnation, msg_id)]
-    frames += [memoryview(p).cast("B") if isinstance(p, memoryview) else p for p in parts]
+    for part in parts:
+        frames += split_frames(part)
     return [mac(secret, frames), *frames]
 
 
-def unseal(secret: bytes, frames: Sequence[bytes]) -> Envelope:
+def split_frames(part: bytes | memoryview) -> list[bytes | memoryview]:
+    """``part`` as frames of at most ``MAX_FRAME_BYTES`` (views, no copy)."""
+    if len(part) <= MAX_FRAME_BYTES and not isinstance(part, memoryview):
+        return [part]
+    view = memoryview(part).cast("B")
+    return [view[i:i + MAX_FRAME_BYTES] for i in range(0, len(view), MAX_FRAME_BYTES)] or [view]
+
+
+def unseal(secret: bytes, frames: Sequence[bytes | memoryview]) -> Envelope:
     """Check a received message; raise AuthenticationError before anything else reads it."""
     if len(frames) < 2 or len(frames[0]) != MAC_BYTES:
         raise AuthenticationError(f"malformed message ({len(frames)} frame(s)); rejected unread")
@@ -106,7 +120,7 @@ def session_key(secret: bytes, incarnation: int, nonce: bytes) -> bytes:
                     digestmod=sha256).digest()
 
 
-def peek_head(frames: Sequence[bytes]) -> tuple[int, int] | None:
+def peek_head(frames: Sequence[bytes | memoryview]) -> tuple[int, int] | None:
     """(kind, incarnation) of a message NOT yet authenticated: only to choose its key."""
     if len(frames) < 2 or len(frames[1]) != _HEAD.size:
         return None
@@ -163,7 +177,7 @@ def agent_identity(node: int, incarnation: int) -> bytes:
     return b"a%d.%d" % (node, incarnation)
 
 
-def parse_head(head: bytes) -> tuple[int, int, int]:
+def parse_head(head: bytes | memoryview) -> tuple[int, int, int]:
     """(kind, rank, msg_id) of a head that ``unseal`` already accepted."""
     _magic, kind, rank, _incarnation, msg_id = _HEAD.unpack(head)
     return kind, rank, msg_id

@@ -9,6 +9,8 @@
     remote worker rank r
         main thread:  LinkReader.read ◄─ inproc ◄─┐         ┌─► inproc ─► LinkWriter (replies)
                                                   WorkerLink thread ── DEALER ◄══ TCP ══► driver
+        every connection to the driver shows a connect token at its gate (tcp_gate.py): the
+        agent's from the secret, a worker's from its session key (all it holds)
         the link thread checks every message's HMAC, heartbeats every interval, and on BYE or
         ``node_timeout`` of driver silence leaves exactly as on death-pipe EOF: SIGTERM to
         itself, then ``os._exit`` after a short grace.
@@ -45,6 +47,7 @@ from executor.process_setup import ExitState, prepare_process
 from executor.protocol import EXIT_PARENT_DIED, EXIT_STARTUP_FAILED, RemoteError
 from executor.stopping import stop_processes
 from executor.tcp_driver import NodeConfig, new_socket, poller_for
+from executor.tcp_gate import present
 from executor.tcp_wire import (
     BYE,
     CONFIG,
@@ -101,6 +104,7 @@ class WorkerLink(threading.Thread):
         self.dealer = new_socket(self.ctx, zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, rank_identity(self.rank, boot.incarnation))
         self.dealer.setsockopt(zmq.LINGER, 2000)  # let the last reply / start-up error out
+        present(self.dealer, boot.secret)  # the session key's token opens the driver's gate
         self.dealer.connect(f"tcp://{boot.driver}")
         base = f"inproc://faultlab-link-{os.getpid()}"
         self._to_main = new_socket(self.ctx, zmq.PUSH)
@@ -146,9 +150,10 @@ class WorkerLink(threading.Thread):
         authentic = False
         while True:
             try:
-                frames = self.dealer.recv_multipart(zmq.NOBLOCK)
+                received = self.dealer.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return authentic
+            frames = [f.buffer for f in received]  # views: the payload is copied once, joined
             try:
                 env = unseal(self.boot.secret, frames)
             except AuthenticationError as exc:
@@ -160,7 +165,7 @@ class WorkerLink(threading.Thread):
                 continue  # cannot happen (another incarnation's key fails the MAC); never delivered
             authentic = True
             if env.kind == DATA:
-                self._to_main.send_multipart([frames[1], *env.parts], copy=False)
+                self._to_main.send_multipart([frames[1], env.payload()], copy=False)
             elif env.kind == BYE:
                 self._leave("the driver shut down", logging.INFO)
 
@@ -275,6 +280,7 @@ def fetch_node_config(driver: str, node: int, secret: bytes, timeout: float) -> 
     sock = new_socket(ctx, zmq.DEALER)
     try:
         sock.setsockopt(zmq.ROUTING_ID, node_identity(node))
+        present(sock, secret)
         sock.connect(f"tcp://{driver}")
         sock.send_multipart(seal(secret, HELLO, node, 0))
         if not sock.poll(poll_ms(timeout)):

@@ -24,6 +24,7 @@ from conftest import FAST_LIVENESS, TwoNodes
 from chaos import resources
 from executor import ExecutorFailedError, MultiprocExecutor
 from executor.serialization import encode
+from executor.tcp_gate import present
 from executor.tcp_wire import DATA, rank_identity, seal
 from faultlab.demo import make_prompts
 from faultlab.engine import LLMEngine
@@ -129,6 +130,7 @@ def test_a_reply_of_the_old_incarnation_is_dropped_and_counted(two_nodes: TwoNod
     sock = ctx.socket(zmq.DEALER)
     try:
         sock.setsockopt(zmq.ROUTING_ID, rank_identity(1, 0))
+        present(sock, old_key)  # all the dead rank held: its session key
         sock.connect(f"tcp://{ex.driver_address}")
         sock.send_multipart(stale)
         deadline = time.monotonic() + 10

@@ -339,3 +339,20 @@ class LocksBeforeTry(MultiprocExecutor):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self._collector.__class__ = _LockBeforeTry
+
+
+# ---------------------------------------------------------------- the node transport (issue 25)
+
+class LiftsFrameBound(MultiprocExecutor):
+    """The driver's node socket takes a frame of any size before the peer's handshake is
+    judged (no MAXMSGSIZE): a peer without the secret makes the driver buffer all it sends."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        import executor.tcp_gate  # pyzmq: only for this mutant, never at import
+
+        original = executor.tcp_gate.MAX_FRAME_BYTES
+        executor.tcp_gate.MAX_FRAME_BYTES = -1  # read when the hub binds, in _start
+        try:
+            super().__init__(*a, **kw)
+        finally:
+            executor.tcp_gate.MAX_FRAME_BYTES = original

@@ -9,6 +9,10 @@
                                     for node k rejoins the driver by HELLO (chaos.recovery)
     wait_exit(s) after shutdown  ─► a healthy node leaves by itself once the driver is gone
     close()                      ─► SIGKILL whatever is left, reap the agents: never an orphan
+    flood_outsider(OutsiderFlood) ─► a process without the secret streams huge frames at the
+                                    driver's port (chaos.surroundings.flood_node_port) while a
+                                    MemoryWatch samples the driver's RSS: OutsiderReport, whose
+                                    violations say the driver buffered what it should refuse
 
 With ``nnodes == 1`` every step does nothing and ``config`` is the scenario's own.
 """
@@ -16,15 +20,18 @@ With ``nnodes == 1`` every step does nothing and ``config`` is the scenario's ow
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from chaos.surroundings import OUTSIDER_MODES, MemoryWatch
 from executor import ExecutorConfig
 from executor.launch import free_loopback_port
 from executor.tcp_wire import write_secret_file
@@ -113,6 +120,10 @@ class RemoteNodes:
                 _kill(pid)
             agent.wait()
 
+    def flood_outsider(self, flood: OutsiderFlood) -> OutsiderReport:
+        """Run ``flood`` at this scenario's driver (this process) on its node port."""
+        return flood.run(f"127.0.0.1:{self.config.driver_port}", os.getpid())
+
     def __enter__(self) -> RemoteNodes:
         return self
 
@@ -125,3 +136,49 @@ def _kill(pid: int) -> None:
         os.kill(pid, 9)
     except ProcessLookupError:
         pass
+
+
+# ---------------------------------------------------------------- an outsider on the node port
+
+_FLOOD = ("import json, sys\nfrom chaos.surroundings import flood_node_port\n"
+          "print(json.dumps(flood_node_port(*json.loads(sys.argv[1]))))\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutsiderReport:
+    floods: list[dict[str, Any]]  # one per mode: bytes of each frame the driver took
+    growth: int  # how far the driver's resident memory rose above where it started
+    violations: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutsiderFlood:
+    """A peer without the secret sends ``frames`` frames of ``frame_bytes`` per mode (each
+    from its own process, never holding a frame); the driver's RSS may rise ``growth_bound``."""
+
+    modes: tuple[str, ...] = OUTSIDER_MODES
+    frames: int = 4
+    frame_bytes: int = 512 << 20
+    growth_bound: int = 100 << 20
+
+    def run(self, address: str, driver_pid: int) -> OutsiderReport:
+        host, port = address.rsplit(":", 1)
+        with MemoryWatch(driver_pid) as watch:
+            floods = [self._flood(host, int(port), mode) for mode in self.modes]
+        violations = []
+        if watch.growth > self.growth_bound:
+            violations.append(
+                f"the driver's resident memory rose {watch.growth >> 20} MiB (bound "
+                f"{self.growth_bound >> 20} MiB) while a peer without the secret sent "
+                f"{self.frames} x {self.frame_bytes >> 20} MiB frames ({', '.join(self.modes)}): "
+                "it buffered what it should have refused")
+        return OutsiderReport(floods, watch.growth, violations)
+
+    def _flood(self, host: str, port: int, mode: str) -> dict[str, Any]:
+        args = json.dumps([host, port, mode, self.frames, self.frame_bytes])
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        done = subprocess.run([sys.executable, "-c", _FLOOD, args], cwd=REPO, check=True,
+                              env={**os.environ, "PYTHONPATH": path}, capture_output=True,
+                              timeout=60 + 15 * self.frames)
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report

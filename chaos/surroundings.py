@@ -253,3 +253,98 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- an outsider on the node transport
+# A peer without the secret that streams huge frames at the driver's node socket (issue 25,
+# defect 5).  It speaks ZMTP 3.0 over a raw socket, so it claims any size and streams the
+# bytes from one reusable buffer: the sender never holds what it makes the driver hold.
+#   "null"       a plain ZeroMQ peer: NULL handshake, then one message frame of frame_bytes
+#   "plain"      a PLAIN handshake whose HELLO command claims frame_bytes
+#   "multipart"  NULL handshake, then frame_bytes in small frames of one never-ending
+#                message (what a frame-size limit alone lets through)
+
+OUTSIDER_MODES = ("null", "plain", "multipart")
+_PIECE = 128 << 10  # a multipart flood's frame: under any sane frame limit
+
+
+def flood_node_port(host: str, port: int, mode: str, frames: int, frame_bytes: int,
+                    chunk_bytes: int = 1 << 20, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Send ``frames`` frames of ``frame_bytes`` as ``mode``, each on a fresh connection;
+    report how many bytes of each the driver took before it closed the connection."""
+    if mode not in OUTSIDER_MODES:
+        raise ValueError(f"mode must be one of {OUTSIDER_MODES}, got {mode!r}")
+    chunk = memoryview(bytes(chunk_bytes))
+    started = time.monotonic()
+    accepted = [_flood_once(host, port, mode, frame_bytes, chunk, timeout_s) for _ in range(frames)]
+    return {"mode": mode, "frames": frames, "frame_bytes": frame_bytes, "accepted": accepted,
+            "refused": sum(1 for n in accepted if n < frame_bytes),
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def _flood_once(host: str, port: int, mode: str, frame_bytes: int, chunk: memoryview,
+                timeout_s: float) -> int:
+    import socket
+
+    sent = 0
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(_zmtp_greeting(b"PLAIN" if mode == "plain" else b"NULL"))
+            sock.recv(64)
+            if mode != "plain":
+                sock.sendall(_zmtp_command(b"READY", _zmtp_property(b"Socket-Type", b"DEALER")))
+            piece = _PIECE if mode == "multipart" else frame_bytes
+            flags = 0x06 if mode == "plain" else (0x03 if mode == "multipart" else 0x02)
+            while sent < frame_bytes:
+                size = min(piece, frame_bytes - sent)
+                sock.sendall(bytes([flags]) + size.to_bytes(8, "big"))
+                for at in range(0, size, len(chunk)):
+                    n = min(len(chunk), size - at)
+                    sock.sendall(chunk[:n])
+                    sent += n
+    except OSError:
+        pass  # closed by the driver (or its bound on time): the frame was refused
+    return sent
+
+
+def _zmtp_greeting(mechanism: bytes) -> bytes:
+    return b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + mechanism.ljust(20, b"\0") + bytes(32)
+
+
+def _zmtp_command(name: bytes, body: bytes) -> bytes:
+    payload = bytes([len(name)]) + name + body
+    return bytes([0x04, len(payload)]) + payload
+
+
+def _zmtp_property(name: bytes, value: bytes) -> bytes:
+    return bytes([len(name)]) + name + len(value).to_bytes(4, "big") + value
+
+
+class MemoryWatch:
+    """The peak resident memory of process ``pid`` while it runs, sampled every ``every_s``."""
+
+    def __init__(self, pid: int, every_s: float = 0.01) -> None:
+        import psutil
+
+        self._proc, self._every = psutil.Process(pid), every_s
+        self.baseline = self.peak = self._proc.memory_info().rss
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="chaos-memory-watch", daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    @property
+    def growth(self) -> int:
+        """Bytes the peak rose above the resident size at the start."""
+        return self.peak - self.baseline
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+            self._done.wait(self._every)

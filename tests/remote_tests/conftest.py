@@ -31,6 +31,7 @@ class TwoNodes:
         write_secret_file(self.secret_file, secrets.token_bytes(32))
         self.executors: list[MultiprocExecutor] = []
         self.nodes: list[subprocess.Popen[bytes]] = []
+        self.executor_class: type[MultiprocExecutor] = MultiprocExecutor  # or a chaos mutant
 
     def start(self, **overrides: object) -> MultiprocExecutor:
         port = free_loopback_port()
@@ -39,7 +40,7 @@ class TwoNodes:
             "tensor_parallel_size": 2, "nnodes": 2, "driver_port": port, "start_method": "fork",
             "secret_file": self.secret_file, "startup_timeout": 60.0, **FAST_LIVENESS, **overrides,
         }
-        ex = MultiprocExecutor(ExecutorConfig(**fields))  # type: ignore[arg-type]
+        ex = self.executor_class(ExecutorConfig(**fields))  # type: ignore[arg-type]
         self.executors.append(ex)
         return ex
 

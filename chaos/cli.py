@@ -6,20 +6,22 @@
 Exit status: 0 when every invariant held, 1 when one broke, 2 for a usage error (a malformed
 or non-UTF-8 suite, a fault on a rank outside the world, a bad or unmatched ``-k``, an
 ``--out`` or ``--junit`` that cannot be written): one stderr line, raised as ``UsageError``
-before any scenario runs.  A JUnit file whose write still fails at the end is one line too.
+before any scenario runs.  A JUnit file or stdout whose write still fails at the end is one
+line too (exit 2).
 Progress goes to stderr, the summary table to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultlab.usage import UsageError, dir_problem, output_dir, output_file, regex
+from faultlab.usage import UsageError, dir_problem, output_dir, output_file, regex, write_stdout
 
 if TYPE_CHECKING:
     from chaos.suites import Scenario
@@ -59,13 +61,18 @@ def _run(args: argparse.Namespace) -> int:
     sys.stderr.write(f"chaos suite {suite.name} ({suite.path}), seed {seed}, out {args.out}\n")
     results, wall = timed(lambda: run_suite(suite, seed, args.out, stderr_progress,
                                             args.start_method, args.only))
-    print_summary(results)
-    sys.stdout.write(f"wall time {wall:.1f} s, {len(results) / wall * 60:.1f} scenarios/min\n")
-    if args.junit is not None:
+    summary = io.StringIO()
+    print_summary(results, summary)
+    summary.write(f"wall time {wall:.1f} s, {len(results) / wall * 60:.1f} scenarios/min\n")
+    junit_error = None
+    if args.junit is not None:  # before stdout: a full stdout must not cost the JUnit file
         try:
             write_junit(results, suite.name, args.junit, wall)
         except OSError as exc:
-            raise UsageError(f"--junit {args.junit}: cannot write: {exc.strerror or exc}") from None
+            junit_error = UsageError(f"--junit {args.junit}: cannot write: {exc.strerror or exc}")
+    write_stdout(summary.getvalue())
+    if junit_error is not None:
+        raise junit_error
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -88,13 +95,15 @@ def _replay(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(f"cannot write the replay into {out}: {problem} (give --out DIR)")
     result = run_one(scenario, saved["seed"], out, saved.get("start_method"))
-    print_summary([result])
+    summary = io.StringIO()
+    print_summary([result], summary)
     same = schedule_signature(scenario.plan(saved["seed"]).resolve())
     original = _timeline_signature(source / "result.json")
     replayed = _timeline_signature(out / "result.json")
     verdict = "the same as" if original == replayed else "DIFFERENT from"
-    sys.stdout.write(f"replayed seed {saved['seed']} ({len(same)} fault(s)); the fault timeline "
-                     f"is {verdict} the original's\n")
+    summary.write(f"replayed seed {saved['seed']} ({len(same)} fault(s)); the fault timeline "
+                  f"is {verdict} the original's\n")
+    write_stdout(summary.getvalue())
     return 0 if result.ok else 1
 
 

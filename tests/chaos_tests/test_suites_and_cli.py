@@ -291,12 +291,31 @@ def test_out_that_cannot_be_made_is_one_line_error(capsys, out):
     assert "argument --out" in line and out in line
 
 
+ONE = ("[suite]\nname = 'one'\n[suite.config]\nstart_method = 'fork'\n"
+       "[[scenario]]\nname = 'echo'\ncalls = [{method = 'echo', args = [1], timeout = 5.0}]\n")
+
+
 def test_junit_write_failing_after_the_run_is_one_line_error(tmp_path, capsys):
     path = tmp_path / "one.toml"
-    path.write_text("[suite]\nname = 'one'\n[suite.config]\nstart_method = 'fork'\n"
-                    "[[scenario]]\nname = 'echo'\ncalls = [{method = 'echo', args = [1], timeout = 5.0}]\n")
+    path.write_text(ONE)
     code = main(["chaos", "run", str(path), "--out", str(tmp_path / "o"), "--junit", "/dev/full"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert err.splitlines()[-1] == ("faultlab chaos: error: --junit /dev/full: cannot write: "
                                     "No space left on device")
+
+
+def test_full_stdout_after_the_run_is_one_line_error_and_the_junit_is_written(tmp_path, capsys):
+    path, junit = tmp_path / "one.toml", tmp_path / "junit.xml"
+    path.write_text(ONE)
+    saved = sys.stdout
+    with open("/dev/full", "w") as full:  # the error points its descriptor at /dev/null
+        sys.stdout = full
+        try:
+            code = main(["chaos", "run", str(path), "--out", str(tmp_path / "o"), "--junit", str(junit)])
+        finally:
+            sys.stdout = saved
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == "faultlab chaos: error: cannot write to stdout: No space left on device"
+    assert [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")] == ["echo"]

@@ -6,6 +6,8 @@
     close the ring fds                         (loads the model)
     wait(READY pipes + sentinels) ◄──────    send ("ready", pid, reply spec) | ("error", RemoteError)
     read the reply rings                     serve
+    keep the READY pipe ◄──────────────────  send ("exit", code, cause) just before exiting for
+                                               a cause of its own (protocol.EXIT_CAUSES)
 
 Invariants:
 - The driver creates every ring (anonymous memory, executor/shm.py) before any process
@@ -15,6 +17,10 @@ Invariants:
   pipe's write end.
 - A worker that dies or reports an error before READY makes ``launch`` raise
   ``WorkerStartupError`` carrying the worker's own traceback, after stopping the others.
+- An exit code is given a cause only when the worker itself sent that cause (its READY
+  pipe stays open for it: a small message outlives the writer), never from the number alone.
+- Whether a worker lives, and how it ended, is its pidfd's word (``WorkerHandle.ended``,
+  executor/exits.py), whoever reaps the driver's children.
 """
 
 from __future__ import annotations
@@ -23,15 +29,16 @@ import dataclasses
 import multiprocessing
 import os
 import socket
+import threading
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from executor import death_pipes
+from executor import death_pipes, exits
 from executor.config import ExecutorConfig
 from executor.errors import WorkerStartupError
-from executor.protocol import RemoteError, describe_exit
+from executor.protocol import EXIT_CAUSE, RemoteError, describe_exit
 from executor.shm_queue import ShmRingBuffer
 from executor.waiting import WaitPolicy
 from executor.worker_base import WorkerContext
@@ -48,21 +55,79 @@ class WorkerHandle:
     rpc_bell: Connection  # write end: wake this worker when a request chunk is published
     reply_bell: Connection  # read end: this worker rings it when it publishes a reply chunk
     reply_writer_bell: Connection  # write end: wake this worker when we free a reply chunk
-    ready: Connection  # read end of its READY pipe
+    ready: Connection  # read end of its READY pipe; after READY, its exit cause (if any)
     pid: int = 0
     # Readable once the process has exited: a pidfd where the kernel has them.  Not the
     # multiprocessing sentinel, a pipe that a worker's own children inherit and so keep
     # "alive" after the worker died.  Closed by ExecutorResources once the process is reaped.
     exit_fd: int = -1
+    # (exit code, cause) the worker sent before exiting; read once from ``ready``, () if none.
+    reported_exit: tuple[int, str] | tuple[()] | None = None
+    end: exits.Ended | None = None  # how it ended, once known (kept after the process is closed)
+    # Guards exit_fd (never polled once closed: the number may be reused), end and reported_exit.
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     @property
     def sentinel(self) -> int:
         return self.exit_fd if self.exit_fd >= 0 else self.process.sentinel
 
-    def close_exit_fd(self) -> None:
-        fd, self.exit_fd = self.exit_fd, -1
+    def ended(self) -> exits.Ended | None:
+        """None while the worker runs; else how it ended (from its pidfd; reaps it)."""
+        with self._lock:
+            return self._ended()
+
+    def _ended(self) -> exits.Ended | None:
+        if self.end is None:
+            self.end = exits.ended(self.process, self.exit_fd)
+        return self.end
+
+    def release(self) -> bool:
+        """Close the process and its pidfd once it has ended; False (nothing closed) while it runs."""
+        with self._lock:
+            if self.end is None and self._ended() is None:
+                return False
+            if self.reported_exit is None:  # read before the READY pipe is closed with the rest
+                self.reported_exit = _read_cause(self.ready)
+            if not exits.release(self.process, self.exit_fd):
+                return False
+            fd, self.exit_fd = self.exit_fd, -1
         if fd >= 0:
             os.close(fd)
+        return True
+
+    def describe_end(self, code: int | None) -> str:
+        """'worker rank r (pid p) <how it ended>', naming a cause only if the worker sent one."""
+        return f"worker rank {self.rank} (pid {self.pid}) {describe_exit(code, self.exit_cause(code))}"
+
+    def exit_cause(self, code: int | None) -> str | None:
+        """The cause the worker sent before exiting with ``code`` (None: it sent none)."""
+        with self._lock:
+            if self.reported_exit is None:
+                self.reported_exit = _read_cause(self.ready)
+            reported = self.reported_exit
+        if not reported:
+            return None
+        sent_code, cause = reported
+        return cause if code is None or code == sent_code else None
+
+    def close_exit_fd(self) -> None:
+        with self._lock:
+            fd, self.exit_fd = self.exit_fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def _read_cause(ready: Connection) -> tuple[int, str] | tuple[()]:
+    """(code, cause) from an ("exit", code, cause) message waiting in the READY pipe, or ()."""
+    try:
+        if ready.closed or not ready.poll(0):
+            return ()
+        message = ready.recv()
+    except (OSError, EOFError):
+        return ()
+    if isinstance(message, tuple) and len(message) == 3 and message[0] == EXIT_CAUSE:
+        return int(message[1]), str(message[2])
+    return ()
 
 
 def open_exit_fd(pid: int | None) -> int:
@@ -219,8 +284,7 @@ def _take_ready(handle: WorkerHandle) -> None:
             f"worker rank {handle.rank} (pid {handle.pid}) failed to start: "
             f"{error.type_name}: {error.message}\n\nWorker traceback:\n{error.traceback}"
         )
-    handle.pid = message[1]
-    handle.ready.close()
+    handle.pid = message[1]  # the READY pipe stays open: the worker's exit cause may follow
 
 
 def _died_before_ready(handle: WorkerHandle) -> None:
@@ -230,8 +294,10 @@ def _died_before_ready(handle: WorkerHandle) -> None:
 
 
 def _raise_died(handle: WorkerHandle) -> None:
-    handle.process.join(1.0)
-    raise WorkerStartupError(
-        f"worker rank {handle.rank} (pid {handle.pid}) {describe_exit(handle.process.exitcode)} "
-        "before reporting READY"
-    )
+    end = handle.ended()  # its pidfd fired or its READY pipe hit EOF: it ended, or is ending
+    deadline = time.monotonic() + 1.0
+    while end is None and time.monotonic() < deadline:
+        exits.wait_ended([(handle.process, handle.exit_fd)], deadline - time.monotonic())
+        end = handle.ended()
+    how = "is still running" if end is None else describe_exit(end.code)
+    raise WorkerStartupError(f"worker rank {handle.rank} (pid {handle.pid}) {how} before reporting READY")

@@ -1,10 +1,12 @@
 """The worker monitor: one thread that turns an unexpected worker exit into a failure.
 
     wait(exit fd 0 … exit fd N-1, stop pipe) ──► one fired ──► on_death(rank, pid, exitcode, t)
+                                                └─► stop pipe readable ──► return (shutdown)
 
 An exit fd is a pidfd (readable when the process exits, whatever its children inherited),
-or the multiprocessing sentinel where pidfds are missing.
-                                                └─► stop pipe readable ──► return (shutdown)
+or the multiprocessing sentinel where pidfds are missing.  The exit code comes from the
+pidfd too (executor/exits.py): ``exitcode`` None means the worker ended but another handler
+reaped it first (SIGCHLD ignored, or a caller's SIGCHLD handler), never "still running".
 
 The monitor holds no reference to the executor, only the callback, so an executor that is
 dropped can still be garbage-collected (and shut down by its finalizer).
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
+from executor import exits
 from executor.wakeup import WakeupPipe
 
 DeathCallback = Callable[[int, int, int | None, int], None]
@@ -39,14 +42,15 @@ class WorkerMonitor(threading.Thread):
 
     def run(self) -> None:
         try:
-            by_sentinel = {fd: (rank, p) for rank, p, fd in self._processes}
-            ready = wait([*by_sentinel, self._stop_pipe.r])
+            by_fd = {fd: (rank, p) for rank, p, fd in self._processes}
+            ready = wait([*by_fd, self._stop_pipe.r])
             detected_ns = time.time_ns()
             if self._stop_pipe.r in ready:
                 return
-            rank, process = min(by_sentinel[s] for s in ready if s in by_sentinel)
-            process.join(1.0)  # reap, so the exit code is known
-            self._on_death(rank, process.pid or 0, process.exitcode, detected_ns)
+            fd = min((s for s in ready if s in by_fd), key=lambda s: by_fd[s][0])
+            rank, process = by_fd[fd]
+            end = exits.ended(process, fd)  # it fired, so it has ended: reap it
+            self._on_death(rank, process.pid or 0, None if end is None else end.code, detected_ns)
         except BaseException:
             logging.getLogger("executor").exception("worker monitor failed")
         finally:

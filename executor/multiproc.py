@@ -53,7 +53,7 @@ from executor.errors import (
 from executor.fd_room import ensure_fd_room
 from executor.launch import distributed_init_method, start_workers, wait_ready
 from executor.monitor import WorkerMonitor
-from executor.protocol import ALL_RANKS, REQUEST, describe_exit, method_name, span_name
+from executor.protocol import ALL_RANKS, REQUEST, method_name, span_name
 from executor.remote_site import RemoteSite, release
 from executor.resources import ExecutorResources
 from executor.serialization import encode
@@ -249,11 +249,11 @@ class MultiprocExecutor:
         remote = self._res.remote
         if remote is not None and remote.lost is not None:
             raise ExecutorFailedError(remote.lost)
-        for h in self._res.handles:
-            if h.process.exitcode is not None:
-                raise ExecutorFailedError(
-                    f"worker rank {h.rank} (pid {h.pid}) {describe_exit(h.process.exitcode)}"
-                )
+        for h in self._res.handles:  # the pidfd's word: exitcode is None forever once reaped elsewhere
+            end = h.ended()
+            if end is not None:
+                raise ExecutorFailedError(h.describe_end(end.code), rank=h.rank, pid=h.pid,
+                                          exitcode=end.code)
 
     def collective_rpc(
         self,
@@ -450,11 +450,12 @@ class MultiprocExecutor:
         return on_death
 
     def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
-        if pid not in (h.pid for h in self._res.handles):
+        handle = next((h for h in self._res.handles if h.pid == pid), None)
+        if handle is None:
             return  # a worker of an earlier incarnation: that one has been failed already
-        error = ExecutorFailedError(
-            f"worker rank {rank} (pid {pid}) {describe_exit(exitcode)}; the executor has shut "
-            "down and every pending call failed", rank=rank, pid=pid, exitcode=exitcode,
+        error = ExecutorFailedError(  # exitcode None: it ended, reaped by another handler
+            f"{handle.describe_end(exitcode)}; the executor has shut down and every pending "
+            "call failed", rank=rank, pid=pid, exitcode=exitcode,
         )
         if self._rec.enabled:
             self._rec.event("executor.worker_death", {

@@ -1,8 +1,11 @@
-"""What travels between the driver and the workers, and what a worker's exit code means.
+"""What travels between the driver and the workers, and how a worker's exit is described.
 
     driver ── REQUEST  (msg_id = rpc id)  ──► rpc queue ──► every worker
     worker ── REPLY_OK / REPLY_ERROR (msg_id = the same rpc id) ──► its reply queue ──► driver
     worker ── FATAL (msg_id 0): the worker's queue is damaged; it exits with EXIT_QUEUE_CORRUPTED
+    worker ── (EXIT_CAUSE, code, cause) ──► its READY pipe, just before it exits for a cause of
+              its own: only then does the driver name a cause (an exit code alone names none:
+              a user's ``os._exit(4)`` is "exited with code 4", nothing more)
 
 A request is ``(method, args, kwargs)``: ``method`` is a name or a callable; the context of
 the driver's RPC span, when traced, rides in the frame header (``serialization.TRACE_HEADER``).
@@ -25,11 +28,16 @@ ALL_RANKS = -1
 EXIT_STARTUP_FAILED = 3
 EXIT_QUEUE_CORRUPTED = 4
 EXIT_PARENT_DIED = 5
-_EXIT_MEANINGS = {
+EXIT_CAUSE = "exit"  # the READY-pipe message a worker sends before exiting for its own cause
+# What a worker says when it exits with one of these codes: sent by the worker (its own
+# word), never inferred by the driver from the code, which a user's code may use too.
+EXIT_CAUSES = {
     EXIT_STARTUP_FAILED: "failed to start",
     EXIT_QUEUE_CORRUPTED: "found its shared-memory queue damaged",
     EXIT_PARENT_DIED: "saw the driver die",
 }
+REAPED_ELSEWHERE = ("exited; its exit status is unknown: it was reaped by another handler "
+                    "(SIGCHLD set to SIG_IGN, or a SIGCHLD handler that waits for any child)")
 
 
 class RemoteError(NamedTuple):
@@ -72,16 +80,20 @@ def span_name(cache: dict[str, str], prefix: str, method: object) -> str:
     return name
 
 
-def describe_exit(exitcode: int | None) -> str:
-    """Say how a process ended, e.g. 'killed by SIGKILL' or 'exited with code 143 (SIGTERM)'."""
+def describe_exit(exitcode: int | None, cause: str | None = None) -> str:
+    """Say how a process ended, e.g. 'was killed by SIGKILL' or 'exited with code 143 after
+    SIGTERM'.  ``exitcode`` None: it ended but another handler reaped it (the status is
+    lost); a process still running is never described here.  ``cause`` is what the worker
+    itself said it exited for (its ``EXIT_CAUSE`` message), never guessed from the code."""
     if exitcode is None:
-        return "is still running"
-    if exitcode < 0:
-        return f"was killed by {_signal_name(-exitcode)}"
-    if exitcode > 128 and exitcode - 128 < signal.NSIG:
-        return f"exited with code {exitcode} after {_signal_name(exitcode - 128)}"
-    meaning = _EXIT_MEANINGS.get(exitcode)
-    return f"exited with code {exitcode}" + (f" ({meaning})" if meaning else "")
+        text = REAPED_ELSEWHERE
+    elif exitcode < 0:
+        text = f"was killed by {_signal_name(-exitcode)}"
+    elif exitcode > 128 and exitcode - 128 < signal.NSIG:
+        text = f"exited with code {exitcode} after {_signal_name(exitcode - 128)}"
+    else:
+        text = f"exited with code {exitcode}"
+    return f"{text} (it reported that it {cause})" if cause else text
 
 
 def _signal_name(signum: int) -> str:

@@ -12,6 +12,8 @@ Invariants:
 - Memory and fds go only while ``send_lock`` and ``reply_lock`` are held: no thread is then
   inside a queue wait that could touch them.
 - ``cancel()`` never writes to a closed (and possibly recycled) fd number.
+- Every process's sentinel and pidfd are closed once it has ended, whoever reaped it (the
+  caller's SIGCHLD disposition or handler included: executor/exits.py).
 """
 
 from __future__ import annotations
@@ -152,10 +154,10 @@ class ExecutorResources:
 
 
 def _close_process(handle: WorkerHandle) -> None:
-    try:
-        handle.process.close()
-    except ValueError:
-        return  # still running: stop_processes could not reap it; keep its exit fd too
-    handle.close_exit_fd()
+    """Close the process, its sentinel and its pidfd, even when another handler reaped it
+    (multiprocessing's own ``close`` then refuses: it thinks the process still runs)."""
+    if not handle.release():
+        log.warning("executor shutdown: worker rank %d (pid %d) outlived SIGKILL; its "
+                    "pidfd stays open", handle.rank, handle.pid)
 
 

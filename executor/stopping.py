@@ -4,42 +4,37 @@
       ─► wait shutdown_grace ─► SIGTERM the rest ─► wait sigterm_grace ─► SIGKILL the rest ─► reap
 
 Every step is reported through ``on_step(name, ranks)`` (the executor records it as a
-span event).  After ``stop_processes`` returns, every process has been reaped.
+span event).  After ``stop_processes`` returns, every process has been reaped (by us, or by
+whoever else reaps the caller's children: SIGCHLD set to SIG_IGN, a SIGCHLD handler).
+
+Liveness is the pidfd's (executor/exits.py), never multiprocessing's ``exitcode``, which
+says "running" forever once another handler reaped the process (a busy wait until every
+deadline, then signals to a pid that is free or reused); signals go through the pidfd.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
+from executor import exits
+
 _REAP_TIMEOUT = 5.0
+Child = tuple[BaseProcess, int]  # a process and its pidfd (-1: none, use the sentinel)
 
 
-def _signal(process: BaseProcess, sig: int) -> None:
-    if process.pid is None:
-        return
-    try:
-        os.kill(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_exit(
-    processes: Sequence[BaseProcess], timeout: float, exit_fds: dict[int, int]
-) -> list[BaseProcess]:
+def _wait_exit(children: Sequence[Child], timeout: float) -> list[Child]:
     """Wait until all have exited or ``timeout`` passed; return those still alive."""
     deadline = time.monotonic() + timeout
-    alive = [p for p in processes if p.exitcode is None]
+    alive = [c for c in children if not exits.has_ended(*c)]
     while alive:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        wait([exit_fds.get(id(p), p.sentinel) for p in alive], remaining)
-        alive = [p for p in alive if p.exitcode is None]
+        exits.wait_ended(alive, remaining)
+        alive = [c for c in alive if not exits.has_ended(*c)]  # ended ones are never waited on again
     return alive
 
 
@@ -54,19 +49,18 @@ def stop_processes(
     The exit fd (a pidfd, or -1 for the sentinel) sees the process itself exit, even while a
     child it forked still holds the sentinel pipe."""
     rank_of = {id(p): rank for rank, p, _ in processes}
-    exit_fds = {id(p): fd for _, p, fd in processes if fd >= 0}
-    procs = [p for _, p, _ in processes if p.pid is not None]
-    for p in procs:
-        _signal(p, signal.SIGCONT)
-    alive = _wait_exit(procs, grace, exit_fds)
+    children = [(p, fd) for _, p, fd in processes if p.pid is not None]
+    for child in children:
+        exits.send_signal(*child, signal.SIGCONT)
+    alive = _wait_exit(children, grace)
     for step, sig, timeout in (("sigterm", signal.SIGTERM, sigterm_grace),
                                ("sigkill", signal.SIGKILL, _REAP_TIMEOUT)):
         if not alive:
             break
-        on_step(step, sorted(rank_of[id(p)] for p in alive))
-        for p in alive:
-            _signal(p, sig)
-            _signal(p, signal.SIGCONT)
-        alive = _wait_exit(alive, timeout, exit_fds)
-    for p in procs:
-        p.join(0 if p.exitcode is not None else _REAP_TIMEOUT)
+        on_step(step, sorted(rank_of[id(p)] for p, _ in alive))
+        for child in alive:
+            exits.send_signal(*child, sig)
+            exits.send_signal(*child, signal.SIGCONT)
+        alive = _wait_exit(alive, timeout)
+    for child in children:
+        exits.ended(*child)  # reap what has ended (nothing blocks: a stuck one stays)

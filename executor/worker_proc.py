@@ -19,6 +19,9 @@ Invariants:
 - SIGTERM/SIGINT raise ``SystemExit`` once; further signals are ignored while cleaning up.
 - A damaged queue is reported to the driver (FATAL) and ends the process with
   ``EXIT_QUEUE_CORRUPTED``: a reader that lost sync can never trust the ring again.
+- A worker that exits for a cause of its own says so first, on its READY pipe (kept open
+  after READY): ``(EXIT_CAUSE, code, cause)``, one small write that outlives the process.
+  The driver names a cause only from that message, so a user's ``os._exit(4)`` is just code 4.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from executor.errors import CorruptMessageError, QueueCorruptedError
 from executor.process_setup import ExitState, ProcessBoot, prepare_process
 from executor.protocol import (
     ALL_RANKS,
+    EXIT_CAUSE,
+    EXIT_CAUSES,
     EXIT_QUEUE_CORRUPTED,
     EXIT_STARTUP_FAILED,
     FATAL,
@@ -98,12 +103,22 @@ def worker_main(boot: WorkerBootstrap) -> None:
     except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
         _report_startup_failure(boot, exc)
         sys.exit(EXIT_STARTUP_FAILED)
-    boot.ready.send(("ready", os.getpid(), boot.reply))
-    boot.ready.close()
+    boot.ready.send(("ready", os.getpid(), boot.reply))  # kept open: report_exit_cause
     if proc.rec.enabled:
         proc.rec.event("worker.ready", {"faultlab.rank": boot.ctx.rank, "process.pid": os.getpid()},
                        telemetry.SpanContext.from_wire(boot.trace))
     proc.run()
+
+
+def report_exit_cause(ready: Connection | None, code: int) -> None:
+    """Tell the driver, on the READY pipe, that we are about to exit with ``code`` for its
+    cause in ``EXIT_CAUSES``; the driver names no cause it was not told."""
+    if ready is None:
+        return
+    try:
+        ready.send((EXIT_CAUSE, code, EXIT_CAUSES[code]))
+    except (OSError, ValueError):  # the pipe is gone (the driver too): the exit code still tells
+        pass
 
 
 def _report_startup_failure(boot: WorkerBootstrap, exc: BaseException) -> None:
@@ -135,6 +150,7 @@ class WorkerProc:
             assert isinstance(boot, WorkerBootstrap)
             queues = self._shm_queues(boot)
         self.reader, self.writer = queues
+        self.exit_pipe: Connection | None = getattr(boot, "ready", None)  # local workers only
         self.worker = _build_worker(boot.worker, boot.ctx)
         self._replies: queue.SimpleQueue[tuple[int, int, Any]] | None = None
         if boot.ctx.async_scheduling:
@@ -191,6 +207,7 @@ class WorkerProc:
                 self._handle(got[0], got[1], waited, time.time_ns())
         except QueueCorruptedError as exc:  # either queue: a ring out of sync is never trusted
             self._send_fatal(exc)
+            report_exit_cause(self.exit_pipe, EXIT_QUEUE_CORRUPTED)
             raise SystemExit(EXIT_QUEUE_CORRUPTED) from exc
 
     def _handle(self, msg_id: int, frame: bytes | bytearray, waited_ns: int, got_ns: int) -> None:

@@ -3,14 +3,17 @@
     worker_main / remote_worker_main
         └─ prepare_process(boot) ─► fd hygiene (fork: close the driver's death-pipe write
            ends; forkserver: drop the forkserver's alive fd, adopt the driver's environ)
-           ─► PR_SET_PDEATHSIG=SIGCONT ─► SIGTERM/SIGINT handlers ─► telemetry + failpoints
+           ─► fork the exit guard (executor/exit_guard.py) ─► PR_SET_PDEATHSIG=SIGCONT
+           ─► SIGTERM/SIGINT handlers ─► telemetry + failpoints
            ─► thread cap ─► mallopt ─► receive pool ─► death-pipe watcher thread  ──► ExitState
 
 Invariants:
 - Only the driver holds the death pipe's write end (a forked child closes its inherited
   copy first thing), so EOF means "the driver is gone or wants us gone": the watcher sends
   SIGTERM to the process, then ``os._exit(EXIT_PARENT_DIED)`` after ``exit_grace_s`` if the
-  main thread is stuck in C code that signals cannot interrupt.
+  main thread is stuck in C code that signals cannot interrupt.  Both need the GIL: when the
+  main thread holds it in C code, the exit guard (a forked child with an interpreter of its
+  own) SIGKILLs the worker 10 ms later.
 - The kernel sends SIGCONT when the parent dies (``PR_SET_PDEATHSIG``), so even a
   SIGSTOPped worker wakes up to see the EOF.
 - SIGTERM/SIGINT raise ``SystemExit`` once; further signals are ignored while cleaning up
@@ -33,6 +36,7 @@ from typing import Protocol
 
 import telemetry
 from executor import death_pipes, failpoints, recv_pool
+from executor.exit_guard import start_guard
 from executor.protocol import EXIT_PARENT_DIED
 from executor.worker_base import WorkerContext
 
@@ -69,6 +73,7 @@ def prepare_process(boot: ProcessBoot) -> ExitState:
     elif boot.start_method == "forkserver":
         _drop_forkserver_alive_fd()
         _adopt_environ(boot.environ)
+    start_guard(boot.death.fileno(), boot.exit_grace_s)  # while this process has one thread
     _set_parent_death_signal(signal.SIGCONT)
     state = ExitState()
     _install_signal_handlers(state)

@@ -24,7 +24,8 @@ if __name__ == "__main__":
             "workers": len(workers),
             "workers_are_children": all(p in {c.pid for c in children} for p in workers),
             "helpers": sorted({" ".join(c.cmdline()[-2:]) for c in children
-                               if c.pid not in workers}),
+                               if c.pid not in workers and c.name() != "faultlab-guard"}),
+            "guards": sum(c.name() == "faultlab-guard" for c in children),
         }
     with open(sys.argv[1]) as counter:
         tree["imports"] = len(counter.read().splitlines())

@@ -128,6 +128,21 @@ class ForgetsDeathPipe(MultiprocExecutor):
             executor.death_pipes.close_inherited = original
 
 
+class NoExitGuard(MultiprocExecutor):
+    """Workers start without their exit guard: one whose main thread holds the GIL in C code
+    never sees its driver die (fork start method only: the patch is inherited)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        import executor.process_setup
+
+        original = executor.process_setup.start_guard
+        executor.process_setup.start_guard = lambda death_fd, grace_s: 0
+        try:
+            super().__init__(*a, **kw)
+        finally:
+            executor.process_setup.start_guard = original
+
+
 def leaked_segment_name() -> str:
     return f"faultlab_{os.getpid()}_broken_leak"
 

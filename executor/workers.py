@@ -44,6 +44,21 @@ class EchoWorker(WorkerBase):
         """Leave the process at once without cleanup, as a crashing worker would."""
         os._exit(code)
 
+    def hold_gil(self, seconds: float) -> float:
+        """Spend about ``seconds`` in one C call that never releases the GIL (``sum`` over a
+        ``range``), as a worker stuck in a C kernel or a backtracking regex would: no signal
+        handler and no other thread of the worker runs until it returns."""
+        per_item = self._sum_cost()
+        start = time.perf_counter()
+        sum(range(max(1, int(seconds / per_item))))
+        return time.perf_counter() - start
+
+    @staticmethod
+    def _sum_cost() -> float:
+        start = time.perf_counter()
+        sum(range(200_000))
+        return max((time.perf_counter() - start) / 200_000, 1e-10)
+
     def nbytes(self, payload: Any) -> int:
         """The size of a bytes-like or tensor payload, without sending it back."""
         if hasattr(payload, "nbytes"):

@@ -58,6 +58,13 @@ def long_sleep(ex):
         pass
 
 
+def holds_gil(ex):
+    try:
+        ex.collective_rpc("hold_gil", args=(30,), timeout=40)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 KILL_FIRST_SLEEP = [KillWorker(rank=1, on_call=("sleep", 1))]
 ROWS = [
     ("deadline", broken.DropsDeadline, FORK, sleep_past_deadline, [], Bounds(deadline_slack_s=0.5)),
@@ -70,6 +77,7 @@ ROWS = [
     ("leak", broken.LeaksThread, FORK, echo_calls, [], Bounds()),
     ("hang", broken.DropsDeadline, FAST_STOP, long_sleep, [], Bounds(workload_s=1.0)),
     ("orphan", broken.ForgetsDeathPipe, FORK, long_sleep, [KillDriver(at=0.3)], Bounds(exit_s=2.0)),
+    ("orphan", broken.NoExitGuard, FORK, holds_gil, [KillDriver(at=0.3)], Bounds(exit_s=2.0)),
 ]
 
 
@@ -84,7 +92,7 @@ def test_oracle_catches_broken_executor(invariant, cls, cfg, workload, faults, b
 
 @pytest.mark.parametrize(("cfg", "workload", "faults"), [
     (FORK, sleep_past_deadline, []), (FORK, echo_calls, []), (FORK, futures_pair, []),
-    (FAST_STOP, echo_calls, []),
+    (FAST_STOP, echo_calls, []), (FORK, holds_gil, [KillDriver(at=0.3)]),
 ])
 def test_the_real_executor_passes_the_same_checks(cfg, workload, faults, tmp_path):
     result = run_scenario(cfg, workload, FaultPlan(faults, seed=1), tmp_path)

@@ -19,10 +19,15 @@ from concurrent.futures import Future
 from typing import Any
 
 import executor.death_pipes
+import executor.restart
 import executor.worker_proc
 from executor import MultiprocExecutor
 from executor.calls import PendingCall, ReplyCollector
 from executor.serialization import peek
+from executor.shm_queue import QueueReader, QueueWriter
+from executor.shm_ring import READ_FLAGS, U64
+from executor.waiting import fence, ring
+from faultlab.recovery import Recovery
 
 
 class DropsDeadline(MultiprocExecutor):
@@ -297,6 +302,101 @@ class StopsAtRaisingCallback(MultiprocExecutor):
                 callback()
             except Exception:  # noqa: BLE001 - the bug: the rest are skipped
                 return
+
+
+# ---------------------------------------------------------------- blind spots (issue 25)
+# Each breaks a promise no test saw broken before; tests/executor_tests/
+# test_executor_blind_spots.py (executor, queue) and tests/model/test_recovery.py (recovery)
+# show each one caught.
+
+class IgnoresCleanExit(MultiprocExecutor):
+    """A worker that exits with code 0 while serving is no death to it: the monitor's report
+    is dropped, and calls waiting on that rank just time out."""
+
+    def _on_worker_death(self, rank: int, pid: int, exitcode: int | None, detected_ns: int) -> None:
+        if exitcode != 0:
+            super()._on_worker_death(rank, pid, exitcode, detected_ns)
+
+
+class MissesEarlyRestartDeath(MultiprocExecutor):
+    """A worker of the new incarnation that dies between READY and going live is missed: its
+    monitor's report found the executor still failed, and nobody looks again after the swap."""
+
+    def restart(self, reason: str = "restart requested") -> None:
+        original = executor.restart._report_early_death
+        executor.restart._report_early_death = lambda ex, res: None
+        try:
+            super().restart(reason)
+        finally:
+            executor.restart._report_early_death = original
+
+
+class RedoesVisiblePublish(QueueWriter):
+    """A publish cut short by an interrupt is always done again, even once its chunk was
+    visible: readers that took it meanwhile get their read flags cleared behind them."""
+
+    def _finish_publish(self) -> None:
+        assert self._publishing is not None
+        self._publish(*self._publishing)
+
+
+class CompletesInvisiblePublish(QueueWriter):
+    """A publish cut short by an interrupt is always just completed, even when its chunk
+    never became visible: its sequence number is published with the chunk unwritten."""
+
+    def _finish_publish(self) -> None:
+        assert self._publishing is not None
+        self._published(self._publishing[0], self._publishing[1])
+
+
+class _ProgressOffBy(QueueReader):
+    off_by = 0
+
+    def _release(self) -> None:  # QueueReader._release, with progress off by ``off_by``
+        taken = self._unreleased
+        if taken is None:
+            return
+        index, seq = taken
+        buf = self.ring.buf
+        flag = self.ring.metas[index] + READ_FLAGS + self.index
+        if buf[flag] != 1 and self.ring.seq_at(index) == seq:
+            buf[flag] = 1
+        U64.pack_into(buf, self._progress, seq + 1 + self.off_by)  # BUG unless off_by is 0
+        self._unreleased = None
+        fence()
+        if self._writer_bell is not None and self.ring.flags[0]:
+            ring(self._writer_bell)
+
+
+class ProgressOneBehind(_ProgressOffBy):
+    """Records its progress one chunk short: a cleared read flag of the chunk it just read
+    passes for a reader that is behind (a full queue, not damage)."""
+
+    off_by = -1
+
+
+class ProgressOneAhead(_ProgressOffBy):
+    """Records its progress one chunk too far: a reader merely behind by one lap is blamed
+    for damaged read flags."""
+
+    off_by = 1
+
+
+class CountsNoMismatch(Recovery):
+    """A rebuilt token that differs from the kept one goes uncounted."""
+
+    def replayed(self, request: Any, token: int) -> None:
+        k = request.replay
+        request.replay = k + 1 if k + 1 < len(request.output_token_ids) else None
+
+
+class KeepsRebuiltToken(Recovery):
+    """Counts a differing rebuilt token, then keeps it in place of the first run's."""
+
+    def replayed(self, request: Any, token: int) -> None:
+        k = request.replay
+        super().replayed(request, token)
+        request.output_token_ids[k] = token
 
 
 # ---------------------------------------------------------------- for the property tests

@@ -153,11 +153,13 @@ def _go_live(ex: MultiprocExecutor, res: ExecutorResources) -> None:
 
 
 def _report_early_death(ex: MultiprocExecutor, res: ExecutorResources) -> None:
-    """A worker that died before the swap: its monitor's report found the executor failed."""
+    """A worker that died before the swap: its monitor's report found the executor failed.
+    Its pidfd says so (``h.ended()``), not multiprocessing's exitcode: that stays None forever
+    once another handler reaped the worker (a caller that ignores SIGCHLD)."""
     for h in res.handles:
-        code = h.process.exitcode
-        if code is not None:
-            ex._on_worker_death(h.rank, h.pid, code, time.time_ns())
+        end = h.ended()
+        if end is not None:
+            ex._on_worker_death(h.rank, h.pid, end.code, time.time_ns())
             raise ExecutorFailedError(f"worker rank {h.rank} of the new incarnation died "
                                       "during the restart")
 

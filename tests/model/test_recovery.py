@@ -6,6 +6,10 @@ its tokens are exactly the fault-free run's.
     SIGSTOP (hang)         a rank; step timeout 1 s        same tokens, 1 recovery
     SIGKILL twice          request_retries=1              every unfinished request lost, named
     SIGKILL                restart_budget=0               engine fails: "recovery failed"
+    SIGKILL, new workers   rebuilt tokens all differ      each counted as a mismatch, none
+      resample otherwise                                  used: the kept tokens stay
+                                                          (CountsNoMismatch, KeepsRebuiltToken
+                                                          of chaos/mutants.py are caught)
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from model_helpers import PROMPTS, model_config
+from recovery_helpers import kept_tokens
 
+from chaos import mutants
 from executor import MultiprocExecutor
-from faultlab.engine import EngineFailedError, LLMEngine, RequestFailedError
-from faultlab.recovery import RESTART, RecoveryPolicy
+from faultlab.engine import EngineFailedError, LLMEngine, Request, RequestFailedError
+from faultlab.recovery import RESTART, Recovery, RecoveryPolicy
 
 TOKENS = 24
 FAULT_STEP = 6
@@ -135,3 +142,66 @@ def test_bad_policies_are_refused() -> None:
 class _NoRestart:
     output_rank = 0
     max_concurrent_batches = 1
+
+
+# ---------------------------------------------------------------- a rebuilt token that differs
+
+def check_replayed_counts_and_keeps(recovery_class: type[Recovery]) -> None:
+    """One request with 3 kept tokens, replayed: the middle one comes back different."""
+    recovery = recovery_class(RESTART)
+    request = Request("r", (1, 2), 5, output_token_ids=[7, 8, 9], replay=0)
+    for token, replay_after in ((7, 1), (80, 2), (9, None)):
+        recovery.replayed(request, token)
+        assert request.replay == replay_after
+    assert recovery.mismatches == 1, f"{recovery.mismatches} mismatches counted, not 1"
+    assert request.output_token_ids == [7, 8, 9], "a rebuilt token replaced a kept one"
+
+
+def test_a_differing_replayed_token_is_counted_never_used() -> None:
+    check_replayed_counts_and_keeps(Recovery)
+
+
+@pytest.mark.parametrize("mutant", [mutants.CountsNoMismatch, mutants.KeepsRebuiltToken],
+                         ids=lambda m: m.__name__)
+def test_a_recovery_that_misjudges_rebuilt_tokens_is_caught(mutant: type[Recovery]) -> None:
+    with pytest.raises(AssertionError):
+        check_replayed_counts_and_keeps(mutant)
+
+
+def check_engine_counts_differing_rebuilt_tokens(
+        recovery_class: type[Recovery], reference: dict[str, list[int]], flag: Path) -> None:
+    """The restarted workers resample every token differently (recovery_helpers)."""
+    cfg = model_config(worker="recovery_helpers:ResamplesDifferentlyWorker",
+                       worker_kwargs={"differ_flag": str(flag)})
+    kept: dict[str, list[int]] = {}
+    with MultiprocExecutor(cfg) as ex:
+        engine = LLMEngine(ex, step_timeout=30, recovery=RESTART)
+        engine.recovery = recovery = recovery_class(RESTART)
+
+        def fault() -> None:
+            kept.update(kept_tokens(engine))
+            flag.touch()  # read by the next incarnation as it starts
+            os.kill(ex.worker_pids[0], signal.SIGKILL)
+
+        outputs = _run(engine, {FAULT_STEP: fault})
+    [record] = recovery.records
+    assert record.tokens_recomputed == sum(map(len, kept.values())) > 0
+    assert recovery.mismatches == record.tokens_recomputed, (
+        f"{recovery.mismatches} of {record.tokens_recomputed} differing rebuilt tokens counted")
+    for rid, tokens in kept.items():
+        assert outputs[rid][:len(tokens)] == tokens == reference[rid][:len(tokens)], (
+            f"request {rid}: a kept token was replaced by a rebuilt one")
+    assert outputs != reference  # the new tokens do differ: the workers did resample
+
+
+def test_the_engine_counts_differing_rebuilt_tokens_and_keeps_its_own(
+        reference: dict[str, list[int]], tmp_path: Path) -> None:
+    check_engine_counts_differing_rebuilt_tokens(Recovery, reference, tmp_path / "differ")
+
+
+@pytest.mark.parametrize("mutant", [mutants.CountsNoMismatch, mutants.KeepsRebuiltToken],
+                         ids=lambda m: m.__name__)
+def test_an_engine_that_misjudges_rebuilt_tokens_is_caught(
+        reference: dict[str, list[int]], tmp_path: Path, mutant: type[Recovery]) -> None:
+    with pytest.raises(AssertionError):
+        check_engine_counts_differing_rebuilt_tokens(mutant, reference, tmp_path / "differ")

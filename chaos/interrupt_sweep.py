@@ -199,10 +199,23 @@ def _check(ex: Any, point: str, raised: BaseException | None, tag: int,
     return out
 
 
+def code_roots(ex: Any) -> tuple[str, ...]:
+    """The files of the executor's code: executor/, and wherever its class and its reply
+    collector's class (and their bases) are defined (a planted bug lives in chaos.mutants)."""
+    roots = {EXECUTOR_DIR}
+    for obj in (ex, getattr(ex, "_collector", None)):
+        for cls in type(obj).__mro__ if obj is not None else ():
+            module = sys.modules.get(cls.__module__)
+            path = getattr(module, "__file__", None)
+            if path and cls.__module__ != "builtins":
+                roots.add(os.path.abspath(path))
+    return tuple(sorted(roots))
+
+
 def sweep_interrupts(
     ex: Any,
     call: Callable[[], Any],
-    roots: Iterable[str] = (EXECUTOR_DIR,),
+    roots: Iterable[str] | None = None,
     locks: Callable[[Any], dict[str, Any]] = executor_locks,
     budget_s: float = 120.0,
 ) -> SweepReport:
@@ -212,7 +225,7 @@ def sweep_interrupts(
     leaves the executor unusable (a held lock, a failure) and when ``budget_s`` is spent."""
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("sweep_interrupts runs on the main thread, where Ctrl-C lands")
-    roots = tuple(roots)
+    roots = code_roots(ex) if roots is None else tuple(roots)
     counter = _Tracer(roots, None)
     error = _traced(counter, call)
     if error is not None:

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, ClassVar
 
 import executor.death_pipes
 import executor.restart
@@ -146,6 +146,61 @@ class NoExitGuard(MultiprocExecutor):
             super().__init__(*a, **kw)
         finally:
             executor.process_setup.start_guard = original
+
+
+def _select_block(self: Any, ready: Any, deadline: float | None) -> bool:
+    import select
+
+    fds = [*self.interrupt_fds, *([self.doorbell.fd] if self.doorbell is not None else [])]
+    while True:  # BUG: select() cannot take an fd number of 1,024 or more
+        self.flags[self.index] = 1
+        fence()
+        if ready():
+            self.flags[self.index] = 0
+            return True
+        timeout = self.policy.block_slice_s if deadline is None else min(
+            self.policy.block_slice_s, deadline - time.monotonic())
+        if timeout <= 0:
+            self.flags[self.index] = 0
+            return bool(ready())
+        readable, _, _ = select.select(fds, [], [], timeout)
+        self.flags[self.index] = 0
+        if self.doorbell is not None and self.doorbell.fd in readable:
+            self.doorbell.drain()
+        if any(fd in readable for fd in self.interrupt_fds):
+            self.on_interrupt()
+
+
+class WaitsInSelect(MultiprocExecutor):
+    """Its queue ends wait in ``select()`` (round 3): a driver holding 1,100 fds gets a raw
+    ``ValueError: filedescriptor out of range`` and forked workers crash the same way.  The
+    patch is the process's while any of these executors lives (forked workers inherit it)."""
+
+    _alive: ClassVar[list[Any]] = []  # the original _block while patched, one entry per executor
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        import executor.waiting
+
+        sleeper = executor.waiting.Sleeper
+        self._alive.append(self._alive[0] if self._alive else sleeper._block)
+        sleeper._block = _select_block  # type: ignore[method-assign]
+        try:
+            super().__init__(*a, **kw)
+        except BaseException:
+            self._unpatch()
+            raise
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._unpatch()
+
+    def _unpatch(self) -> None:
+        import executor.waiting
+
+        if self._alive:
+            original = self._alive.pop()
+            if not self._alive:
+                executor.waiting.Sleeper._block = original  # type: ignore[method-assign]
 
 
 def leaked_segment_name() -> str:

@@ -10,8 +10,12 @@ mid-stream, and exhausted resources.  Each declares what its calls must end in
                         WorkerError (or Reply/RequestPicklingError), the worker keeps serving
     interrupt_stream    multi-chunk requests and replies for interrupt_driver faults, and a
                         reply whose unpickling is interrupted
+    interrupt_sweep     KeyboardInterrupt at every point of three calls where CPython can
+                        raise it (chaos.interrupt_sweep): no lock held, the queue in step
     fd_limit            a low RLIMIT_NOFILE in the driver: starting an executor fails clearly
                         (or works), the running one keeps working, nothing leaks
+    fd_pressure         1,100 fds held: a second executor's fds (and its forked workers')
+                        are all past 1,024, and its calls wait, time out and stream
     memory_cap          RLIMIT_AS in the workers: an allocation fails as a WorkerError
 """
 
@@ -181,6 +185,34 @@ def interrupt_stream(ex: RecordingExecutor) -> None:
 interrupt_stream.needs_main_thread = True  # type: ignore[attr-defined]
 
 
+def interrupt_sweep(ex: RecordingExecutor) -> None:
+    """KeyboardInterrupt at every point of a blocking, a non-blocking and a streamed call
+    (chaos.interrupt_sweep): no lock left held, the executor in step after each."""
+    from chaos.interrupt_sweep import sweep_interrupts
+
+    inner = ex.executor
+    calls = [lambda: inner.collective_rpc("echo", args=(b"s",), timeout=10.0),
+             lambda: inner.collective_rpc("echo", args=(b"n",), timeout=10.0, non_block=True).result(),
+             lambda: inner.collective_rpc("echo", args=(b"m" * (3 * MIB),), timeout=10.0)]
+
+    def sweep() -> str:
+        reports = [sweep_interrupts(inner, call, budget_s=SWEEP_BUDGET_S) for call in calls]
+        problems = [v for r in reports for v in r.violations]
+        if problems:
+            raise AssertionError(f"{len(problems)} interrupt point(s) broke the executor: "
+                                 + "; ".join(problems[:3]))
+        return ", ".join(r.summary() for r in reports)
+
+    ex.attempt("interrupt sweep: every point of three calls", sweep, check="interrupt",
+               expect_errors=OK)
+    _quiet(ex.collective_rpc, "echo", args=("after-sweep",), timeout=5.0, expect_errors=OK,
+           check="interrupt")
+
+
+interrupt_sweep.needs_main_thread = True  # type: ignore[attr-defined]
+SWEEP_BUDGET_S = 30.0
+
+
 # ---------------------------------------------------------------- resource exhaustion
 
 STREAM_S = 0.8
@@ -201,6 +233,40 @@ def fd_limit(ex: RecordingExecutor) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     _quiet(ex.collective_rpc, "echo", args=("fd-limit-restored",), timeout=5.0,
            expect_errors=OK, check="exhaustion")
+
+
+FD_PRESSURE = 1100  # fds held open while the executor works: every new fd number is past 1,024
+
+
+def fd_pressure(ex: RecordingExecutor) -> None:
+    """Hold 1,100 fds, then start a second executor (its fds, and under fork its workers'
+    fds, all past 1,024) and make calls that wait, block, time out and stream in both."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, FD_PRESSURE + 1024)), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(FD_PRESSURE)]
+    try:
+        ex.attempt("start an executor holding 1,100 fds and wait in it",
+                   lambda: _busy_under_fd_pressure(type(ex.executor), ex.config), check="exhaustion",
+                   expect_errors=OK)
+        _quiet(ex.collective_rpc, "sleep", args=(0.05,), timeout=5.0, expect_errors=OK,
+               check="exhaustion")
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _busy_under_fd_pressure(cls: Any, cfg: Any) -> str:
+    with cls(cfg) as other:
+        other.collective_rpc("sleep", args=(0.05,), timeout=5.0)  # past yielding, into poll
+        other.collective_rpc("sleep", args=(0.05,), timeout=5.0, non_block=True).result(5.0)
+        try:
+            other.collective_rpc("sleep", args=(1.0,), timeout=0.05)
+            raise AssertionError("a call past its deadline did not time out")
+        except TimeoutError:
+            pass
+        other.collective_rpc("echo", args=(b"f" * (3 * MIB),), timeout=5.0)
+    return "served"
 
 
 def _start_and_stop(cls: Any, cfg: Any) -> str:
@@ -227,5 +293,6 @@ AROUND: dict[str, Workload] = {
     "burst": burst_of(200), "burst_10k": burst_of(10_000), "callback_chaos": callback_chaos,
     "done_callbacks": _done_callbacks_call, "failure_callbacks": _raising_failure_callback,
     "hostile_values": hostile_values, "interrupt_stream": interrupt_stream,
-    "fd_limit": fd_limit, "memory_cap": memory_cap,
+    "fd_limit": fd_limit, "memory_cap": memory_cap, "interrupt_sweep": interrupt_sweep,
+    "fd_pressure": fd_pressure,
 }

@@ -124,15 +124,14 @@ def test_keyboard_interrupt_at_every_point_of_a_call_leaves_no_lock_held_and_the
 
 def test_the_interrupt_sweep_finds_a_lock_taken_before_its_try() -> None:
     """The round-3 wedge, planted (chaos.mutants.LocksBeforeTry): the sweep names the lock."""
-    import chaos.mutants
-    from chaos.interrupt_sweep import EXECUTOR_DIR, sweep_interrupts
+    from chaos.interrupt_sweep import sweep_interrupts
     from chaos.mutants import LocksBeforeTry
     from executor import ExecutorConfig
 
     ex = LocksBeforeTry(ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2))
-    try:
+    try:  # the sweep also traces the mutant's own file (chaos/mutants.py): code_roots(ex)
         report = sweep_interrupts(ex, lambda: ex.collective_rpc("echo", args=(1,), timeout=10),
-                                  roots=(EXECUTOR_DIR, chaos.mutants.__file__), budget_s=60)
+                                  budget_s=60)
     finally:
         ex._res.reply_lock = ex._collector.lock = threading.RLock()  # let shutdown take it
         ex.shutdown()

@@ -160,3 +160,13 @@ def test_planned_faults_fired_spares_only_what_was_declared():
                 "may_not_fire": i == 1} for i in range(3)]
     run = RunRecord(calls=[], faults=[{"index": 2}], planned=planned)
     assert [v.message.split(" (")[0] for v in planned_faults_fired(run)] == ["planned fault 0"]
+
+
+def test_may_not_fire_survives_the_saved_scenario_that_replay_reads():
+    from chaos.suites import Scenario
+
+    data = {"name": "x", "faults": [{"kind": "slow_worker", "probability": 0.01, "may_not_fire": True},
+                                    {"kind": "kill_worker", "on_call": ["sleep", 1]}]}
+    scenario = Scenario.from_dict(data, "scenario", {})
+    assert scenario.may_not_fire == (0,)
+    assert Scenario.from_dict(scenario.to_dict(), "scenario", {}) == scenario

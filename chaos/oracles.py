@@ -229,16 +229,18 @@ def _hit_had_deadline(run: RunRecord) -> bool:
 
 
 def fault_free_stays_fault_free(run: RunRecord) -> list[Violation]:
-    """No fault fired, so nothing may go wrong: each call ends as its own request asks
-    (``recording.requested_error``, or as declared) and the executor never fails, unless a
-    call that declared ``ExecutorFailedError`` asked for it.  A worker that dies by itself
-    is a finding of the run, never a pass."""
+    """No fault fired (or ``expect = "fault_free"`` says faults may not disturb anything), so
+    nothing may go wrong: each call ends as its own request asks (``requested_error``, or as
+    declared) and the executor never fails, unless a call that declared
+    ``ExecutorFailedError`` asked for it.  A worker that dies by itself is a finding of the
+    run, never a pass."""
     if run.expected != Outcome.FAULT_FREE or run.hung:
         return []  # a hang is never_hung's; the watchdog's shutdown then fails the calls
+    when = "with no fault fired" if not run.faults else "in a run expected fault_free"
     out = [Violation("fault_free", f"call {c.index} {c.method}{_args(c)} raised {c.error_type} "
-                                   f"with no fault fired: {c.error[:200]}")
+                                   f"{when}: {c.error[:200]}")
            for c in run.calls if _not_as_requested(c)]
-    failure = _unrequested_failure(run)
+    failure = _unrequested_failure(run, when)
     return out + ([Violation("fault_free", failure)] if failure else [])
 
 
@@ -248,7 +250,7 @@ def _not_as_requested(c: CallRecord) -> bool:
             and c.error_type not in ("ExecutorFailedError", requested_error(c)))
 
 
-def _unrequested_failure(run: RunRecord) -> str | None:
+def _unrequested_failure(run: RunRecord, when: str) -> str | None:
     dead = [c for c in run.calls if c.error_type == "ExecutorFailedError"]
     seen = run.callback_times_ns + [c.end_ns for c in dead if c.end_ns is not None]
     failed_ns = min(seen + ([run.failed_at_ns] if run.failed_at_ns is not None else []),
@@ -260,7 +262,7 @@ def _unrequested_failure(run: RunRecord) -> str | None:
         return None  # the workload ended the workers on purpose (and said so)
     why = run.failed_before_shutdown or (dead[0].error if dead else "") \
         or "; ".join(run.workers_gone) or "the failure callback ran"
-    return (f"the executor failed with no fault fired: {why[:300]} ({len(dead)} call(s) "
+    return (f"the executor failed {when}: {why[:300]} ({len(dead)} call(s) "
             "raised ExecutorFailedError; a run meant to fail says so: expect = \"fail_fast\", "
             "or a call declaring ExecutorFailedError)")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import zmq
 
-from executor.tcp_driver import DriverHub, poller_for
+from executor.tcp_driver import DriverHub, poller_for, relayed_payload
 from executor.tcp_wire import DATA, head_incarnation, parse_head, poll_ms, seal
 
 
@@ -86,15 +86,15 @@ class TcpReplies:
     def _take_all(self) -> None:
         while True:
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            if head_incarnation(frames[0]) != self._incarnation:
+            head = frames[0].buffer
+            if head_incarnation(head) != self._incarnation:
                 self.stale += 1
                 continue
-            _kind, rank, msg_id = parse_head(frames[0])
-            payload = frames[1] if len(frames) == 2 else b"".join(frames[1:])
-            self._queues[rank].append((msg_id, payload))
+            _kind, rank, msg_id = parse_head(head)
+            self._queues[rank].append((msg_id, relayed_payload(frames)))
 
 
 class TcpReplyReader:

@@ -102,6 +102,15 @@ def poller_for(sock: zmq.Socket, interrupt_fds: Sequence[int]) -> zmq.Poller:
     return poller
 
 
+def relayed_payload(frames: Sequence[zmq.Frame]) -> bytes:
+    """The payload of a relayed message (its head, then its frames), copied once.
+
+    Relays forward the received ``zmq.Frame`` objects themselves: a zero-copy send of a
+    Python buffer would start pyzmq's garbage-collector thread (a process-wide thread and
+    context that outlive the executor)."""
+    return frames[1].bytes if len(frames) == 2 else b"".join(f.buffer for f in frames[1:])
+
+
 def new_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
     """A socket that never drops (no high-water mark) and does not linger at close."""
     sock = ctx.socket(kind)
@@ -267,7 +276,7 @@ class DriverHub(threading.Thread):
         else:
             self._last_seen[identity] = time.monotonic()
             if env.kind == DATA:
-                self._replies_out.send_multipart([raw[1], env.payload()], copy=False)
+                self._replies_out.send_multipart(frames[2:], copy=False)  # head + frames
             elif env.kind in (READY, START_ERROR):
                 self._on_started(env)
 

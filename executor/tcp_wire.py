@@ -183,7 +183,7 @@ def parse_head(head: bytes | memoryview) -> tuple[int, int, int]:
     return kind, rank, msg_id
 
 
-def head_incarnation(head: bytes) -> int:
+def head_incarnation(head: bytes | memoryview) -> int:
     """The incarnation of a head that ``unseal`` already accepted."""
     return int(_HEAD.unpack(head)[3])
 

@@ -46,7 +46,7 @@ from executor.errors import AuthenticationError, CorruptMessageError
 from executor.process_setup import ExitState, prepare_process
 from executor.protocol import EXIT_PARENT_DIED, EXIT_STARTUP_FAILED, RemoteError
 from executor.stopping import stop_processes
-from executor.tcp_driver import NodeConfig, new_socket, poller_for
+from executor.tcp_driver import NodeConfig, new_socket, poller_for, relayed_payload
 from executor.tcp_gate import present
 from executor.tcp_wire import (
     BYE,
@@ -153,7 +153,7 @@ class WorkerLink(threading.Thread):
                 received = self.dealer.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return authentic
-            frames = [f.buffer for f in received]  # views: the payload is copied once, joined
+            frames = [f.buffer for f in received]  # views: checked in place, never copied here
             try:
                 env = unseal(self.boot.secret, frames)
             except AuthenticationError as exc:
@@ -165,7 +165,7 @@ class WorkerLink(threading.Thread):
                 continue  # cannot happen (another incarnation's key fails the MAC); never delivered
             authentic = True
             if env.kind == DATA:
-                self._to_main.send_multipart([frames[1], env.payload()], copy=False)
+                self._to_main.send_multipart(received[1:], copy=False)  # head + frames
             elif env.kind == BYE:
                 self._leave("the driver shut down", logging.INFO)
 
@@ -230,16 +230,16 @@ class LinkReader:
         """Nothing is held (see ``read``)."""
 
     def _take(self) -> tuple[int, bytes]:
-        frames = self._sock.recv_multipart()
-        if frames[0] == _DAMAGED:
-            msg_id = int.from_bytes(frames[1], "little")
-            what = frames[2].decode()
+        frames = self._sock.recv_multipart(copy=False)
+        if frames[0].bytes == _DAMAGED:
+            msg_id = int.from_bytes(frames[1].bytes, "little")
+            what = frames[2].bytes.decode()
             raise CorruptMessageError(
                 f"message {msg_id} on the TCP link was rejected ({what})",
                 msg_id=msg_id, exc_type="AuthenticationError", exc_message=what,
             )
-        msg_id = parse_head(frames[0])[2]
-        return msg_id, frames[1] if len(frames) == 2 else b"".join(frames[1:])
+        msg_id = parse_head(frames[0].buffer)[2]
+        return msg_id, relayed_payload(frames)
 
 
 class LinkWriter:

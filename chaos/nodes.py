@@ -13,6 +13,9 @@
                                     driver's port (chaos.surroundings.flood_node_port) while a
                                     MemoryWatch samples the driver's RSS: OutsiderReport, whose
                                     violations say the driver buffered what it should refuse
+    outsider_flood(ex)           ─► a scenario workload (suite: workload = "chaos.nodes:outsider_
+                                    flood", nnodes > 1): the flood beside authentic calls, judged
+                                    by the declared-outcome oracle (check "outsider")
 
 With ``nnodes == 1`` every step does nothing and ``config`` is the scenario's own.
 """
@@ -25,9 +28,10 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -35,6 +39,9 @@ from chaos.surroundings import OUTSIDER_MODES, MemoryWatch
 from executor import ExecutorConfig
 from executor.launch import free_loopback_port
 from executor.tcp_wire import write_secret_file
+
+if TYPE_CHECKING:
+    from chaos.recording import RecordingExecutor
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,3 +189,46 @@ class OutsiderFlood:
                               timeout=60 + 15 * self.frames)
         report: dict[str, Any] = json.loads(done.stdout)
         return report
+
+
+_CALL_TIMEOUT_S = 30.0
+_DURING = 40  # authentic calls at most while the flood runs
+
+
+def outsider_flood(ex: RecordingExecutor) -> None:
+    """A workload: authentic calls (some of several wire frames) run while an outsider floods
+    the driver's node port; the step returns what went wrong (expected: nothing): the flood's
+    violations and any call that did not return its own value.  A large call follows."""
+    ex.attempt("a peer without the secret floods the node port",
+               lambda: _flood_beside_calls(ex.executor, ex.driver_address),
+               check="outsider", expect_errors=frozenset({"ok"}), expect=[])
+    blob = os.urandom(4 << 20)
+    ex.collective_rpc("echo", args=(blob,), timeout=_CALL_TIMEOUT_S)
+
+
+def _flood_beside_calls(executor: Any, address: str) -> list[str]:
+    wrong: list[str] = []
+    done = threading.Event()
+    beside = threading.Thread(target=_calls_until, args=(executor, done, wrong),
+                              name="chaos-authentic-calls")
+    beside.start()  # straight to the executor: the recorder would judge two threads' order
+    try:
+        return OutsiderFlood().run(address, os.getpid()).violations + wrong
+    finally:
+        done.set()
+        beside.join(2 * _CALL_TIMEOUT_S)
+
+
+def _calls_until(executor: Any, done: threading.Event, wrong: list[str]) -> None:
+    blob = os.urandom(512 << 10)  # two frames on the wire
+    for i in range(_DURING):
+        if done.is_set():
+            return
+        value = blob if i % 10 == 0 else i
+        try:
+            got = executor.collective_rpc("echo", args=(value,), timeout=_CALL_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - reported as what went wrong
+            wrong.append(f"an authentic call during the flood raised {exc!r}"[:300])
+            return
+        if got != [value] * executor.world_size:
+            wrong.append(f"authentic call {i} during the flood returned another value")

@@ -76,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
     model = ModelConfig.from_kwargs(worker_kwargs(args))
     check_sequence_limit(args, model.max_positions)
+    try:  # the layout the workers would refuse after seconds of start-up, refused now
+        model.validate(args.tp, args.pp)
+    except ValueError as exc:
+        raise UsageError(f"--tp {args.tp} --pp {args.pp}: {exc}") from None
     fault = make_fault(args)
     prompts = make_prompts(args.seed, args.requests, args.prompt_len, model.vocab_size)
     try:

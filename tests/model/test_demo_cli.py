@@ -94,6 +94,20 @@ def test_configuring_the_demo_parser_does_not_import_torch() -> None:
     assert done.returncode == 0, done.stderr or "faultlab.demo imported torch at import time"
 
 
+def _demo_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``faultlab demo ARGS`` in this process: usage errors are found before any worker
+    starts, so spawning an interpreter (and importing torch) only to see one costs seconds."""
+    from faultlab.cli import main
+
+    argv = ["demo", "--seed", str(SEED), *args]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out.out, out.err)
+
+
 def _assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
     """Exit 2, exactly one line on stderr naming the problem, no traceback, nothing on stdout."""
     assert done.returncode == 2, (done.returncode, done.stderr)
@@ -116,24 +130,39 @@ def _assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) -
     ("--step-timeout", "nan", "--step-timeout: must be a number of seconds > 0"),
 ])
 @pytest.mark.usefixtures("no_orphans")
-def test_demo_bad_numeric_flag_is_one_line_and_exit_2(flag: str, value: str, needle: str) -> None:
-    _assert_usage_error(_demo("--json", flag, value), needle)
+def test_demo_bad_numeric_flag_is_one_line_and_exit_2(
+    flag: str, value: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _assert_usage_error(_demo_in_process(capsys, "--json", flag, value), needle)
+
+
+def test_demo_bad_flag_is_one_line_and_exit_2_from_the_installed_command() -> None:
+    """One end-to-end check that the console script prints the same one line."""
+    _assert_usage_error(_demo("--json", "--requests", "-3"), "--requests: must be an integer >= 1")
 
 
 @pytest.mark.usefixtures("no_orphans")
-def test_demo_rejects_a_request_longer_than_the_model_before_starting_workers() -> None:
+def test_demo_rejects_a_request_longer_than_the_model_before_starting_workers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from executor.model.config import ModelConfig
 
     limit = ModelConfig().max_positions
-    done = _demo("--json", "--prompt-len", "16", "--max-tokens", str(limit))
+    done = _demo_in_process(capsys, "--json", "--prompt-len", "16", "--max-tokens", str(limit))
     _assert_usage_error(done, f"max_positions={limit}", f"{16 + limit} tokens")
     assert "[demo]" not in done.stderr  # no worker was started
 
 
-def test_demo_seed_must_fit_the_generator() -> None:
-    done = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--seed", "-1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    _assert_usage_error(done, "--seed: must be an integer in 0..")
+def test_demo_seed_must_fit_the_generator(capsys: pytest.CaptureFixture[str]) -> None:
+    from faultlab.cli import main
+
+    try:
+        code = main(["demo", "--seed", "-1"])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    _assert_usage_error(subprocess.CompletedProcess([], code, out.out, out.err),
+                        "--seed: must be an integer in 0..")
 
 
 def test_demo_by_default_recovers_from_a_killed_worker_with_the_same_tokens() -> None:
@@ -164,6 +193,14 @@ def test_demo_fail_stop_policy_fails_naming_the_rank() -> None:
     assert "worker rank 0" in done.stderr and "SIGKILL" in done.stderr
 
 
-def test_demo_fault_flags_are_checked_before_starting() -> None:
-    _assert_usage_error(_demo("--fault-rank", "2"), "--fault-rank 2", "0..0")
-    _assert_usage_error(_demo("--max-tokens", "4", "--fault-step", "4"), "--fault-step 4")
+def test_demo_layout_the_model_cannot_split_is_refused_before_starting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _assert_usage_error(_demo_in_process(capsys, "--tp", "3"), "--tp 3", "must divide num_heads=4")
+    _assert_usage_error(_demo_in_process(capsys, "--pp", "3"), "--pp 3", "must divide num_layers")
+
+
+def test_demo_fault_flags_are_checked_before_starting(capsys: pytest.CaptureFixture[str]) -> None:
+    _assert_usage_error(_demo_in_process(capsys, "--fault-rank", "2"), "--fault-rank 2", "0..0")
+    _assert_usage_error(_demo_in_process(capsys, "--max-tokens", "4", "--fault-step", "4"),
+                        "--fault-step 4")

@@ -47,6 +47,9 @@ class WorkloadSpec:
     ranks: int = 2
     tokens: int = 64
     seed: int = 0
+    # After ``done`` the driver sleeps this long before it shuts its executor down and exits:
+    # the window in which ``kill_driver`` hits a driver whose workers are idle.
+    linger_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

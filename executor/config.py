@@ -55,6 +55,9 @@ class ExecutorConfig:
     restart_budget: int = 3
     restart_backoff: float = 0.05
     restart_backoff_max: float = 2.0
+    # One restart as a whole (every attempt, back-off and start-up) ends by this deadline:
+    # a worker that hangs in each new incarnation cannot stretch it to budget x startup_timeout.
+    restart_timeout: float = 240.0
 
     def __post_init__(self) -> None:
         _check_worker_spec(self.worker)
@@ -71,7 +74,7 @@ class ExecutorConfig:
         if self.world_size > 255:
             raise ValueError(f"world_size must be at most 255, got {self.world_size}")
         for name in ("startup_timeout", "enqueue_timeout", "shutdown_grace", "sigterm_grace",
-                     "worker_exit_grace", "heartbeat_interval", "node_timeout"):
+                     "worker_exit_grace", "heartbeat_interval", "node_timeout", "restart_timeout"):
             _check_positive(name, getattr(self, name))
         if self.node_timeout <= self.heartbeat_interval:
             raise ValueError("node_timeout must be longer than heartbeat_interval")

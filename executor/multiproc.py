@@ -104,8 +104,12 @@ class MultiprocExecutor:
 
     # ------------------------------------------------------------------ start-up
 
-    def _start(self, policy: WaitPolicy) -> None:
+    def _start(self, policy: WaitPolicy, startup_timeout: float | None = None) -> None:
+        """Start this incarnation's workers; READY from all within ``startup_timeout`` (the
+        config's, or less: what is left of a restart's own deadline)."""
         cfg, res = self.config, self._res
+        timeout = cfg.startup_timeout if startup_timeout is None else min(startup_timeout,
+                                                                            cfg.startup_timeout)
         ensure_fd_room(cfg.local_world_size)
         rpc_ring = ShmRingBuffer(QueueSpec("rpc", cfg.local_world_size, cfg.n_chunks,
                                            cfg.chunk_bytes, cfg.checksum))
@@ -122,14 +126,14 @@ class MultiprocExecutor:
             from executor.remote_nodes import RemoteNodes  # loads pyzmq: multi-node only
 
             res.remote = RemoteNodes.start(cfg, init_method, policy, trace, self._site)
-        deadline = time.monotonic() + cfg.startup_timeout
+        deadline = time.monotonic() + timeout
         res.handles, res.wiring = start_workers(cfg, rpc_ring, res.rings[1:], policy, trace,
                                                 init_method)
         try:
-            wait_ready(res.handles, cfg.startup_timeout, self._rec,
+            wait_ready(res.handles, timeout, self._rec,
                        span.context if span is not None else None)
             if res.remote is not None:
-                res.remote.wait_ready(deadline, cfg.startup_timeout)
+                res.remote.wait_ready(deadline, timeout)
         except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
             if span is not None:
                 span.end(exc)

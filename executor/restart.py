@@ -19,7 +19,8 @@ Invariants:
   half-started incarnation.  A worker that dies before the swap (its monitor's report is
   swallowed then) is found right after it and fails the new incarnation as usual.
 - Every attempt, successful or not, counts against ``restart_budget``; a start-up is bounded
-  by ``startup_timeout``; a failed attempt shuts its own resources down, so nothing leaks.
+  by ``startup_timeout`` and the whole restart by ``restart_timeout`` (each attempt gets what
+  is left of it); a failed attempt shuts its own resources down, so nothing leaks.
 - ``shutdown()`` during a restart wins: the restart stops what it started and raises.
 - Failure callbacks must not call ``restart()`` (they run on the failing thread, possibly
   the one restarting): restart from the caller, as the engine does.
@@ -74,6 +75,7 @@ def _restart_locked(ex: MultiprocExecutor, reason: str) -> None:
     cfg = ex.config
     errors: list[str] = []
     attempt = 0
+    deadline = time.monotonic() + cfg.restart_timeout
     while True:
         _fail_current(ex, reason)
         _wait_old(ex)
@@ -82,19 +84,29 @@ def _restart_locked(ex: MultiprocExecutor, reason: str) -> None:
             raise ExecutorFailedError(
                 f"restart budget spent ({ex.restarts_used} of {cfg.restart_budget} restarts "
                 f"used; raise ExecutorConfig.restart_budget); the executor stays failed"
-                + (f"; this restart's attempts failed: {'; '.join(errors)}" if errors else ""))
+                + _attempts(errors))
         if attempt:
-            time.sleep(backoff_s(cfg.restart_backoff, cfg.restart_backoff_max, attempt))
+            pause = backoff_s(cfg.restart_backoff, cfg.restart_backoff_max, attempt)
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ExecutorFailedError(
+                f"restart did not finish within restart_timeout={cfg.restart_timeout:g} s "
+                f"({attempt} attempt(s)); the executor stays failed" + _attempts(errors))
         attempt += 1
         ex.restarts_used += 1
         try:
-            _start_incarnation(ex)
+            _start_incarnation(ex, left)
             return
         except RestartAborted:
             raise
         except Exception as exc:  # noqa: BLE001 - a fault during restart: count it, retry
             errors.append(f"attempt {attempt}: {describe(exc)}")
             reason = f"attempt {attempt} of the restart failed"
+
+
+def _attempts(errors: list[str]) -> str:
+    return f"; this restart's attempts failed: {'; '.join(errors)}" if errors else ""
 
 
 def backoff_s(base: float, cap: float, attempt: int) -> float:
@@ -123,7 +135,7 @@ def _wait_old(ex: MultiprocExecutor) -> None:
         thread.join(ex.config.shutdown_grace + ex.config.sigterm_grace + 10)
 
 
-def _start_incarnation(ex: MultiprocExecutor) -> None:
+def _start_incarnation(ex: MultiprocExecutor, startup_timeout: float) -> None:
     old = ex._res
     res = ExecutorResources(ex.config)
     res.send_lock, res.reply_lock = old.send_lock, old.reply_lock
@@ -131,7 +143,7 @@ def _start_incarnation(ex: MultiprocExecutor) -> None:
     ex._finalizer.detach()
     ex._finalizer = weakref.finalize(ex, release, res, ex._site)
     try:
-        ex._start(ex._wait_policy)
+        ex._start(ex._wait_policy, startup_timeout)
         _go_live(ex, res)
     except BaseException:
         res.shutdown()

@@ -36,3 +36,14 @@ class FlagExitWorker(EchoWorker):
         if ctx.rank == 1 and os.path.exists(ctx.worker_kwargs["fail_flag"]):
             os._exit(9)
         super().__init__(ctx)
+
+
+class FlagHangWorker(EchoWorker):
+    """Rank 1 hangs in start-up (never says READY) while ``worker_kwargs["fail_flag"]`` exists."""
+
+    def __init__(self, ctx: Any) -> None:
+        if ctx.rank == 1 and os.path.exists(ctx.worker_kwargs["fail_flag"]):
+            import time
+
+            time.sleep(3600)
+        super().__init__(ctx)

@@ -108,6 +108,22 @@ def test_fault_during_restart_counts_and_retries(
         ex.restart()
 
 
+def test_a_restart_whose_every_incarnation_hangs_ends_at_its_own_deadline(
+        make_executor: Callable[..., MultiprocExecutor], tmp_path: Path) -> None:
+    """Budget 10 x startup_timeout 1 s would be 10 s; restart_timeout=2.5 s ends it sooner."""
+    flag = tmp_path / "hang"
+    ex = make_executor(start_method="fork", worker="restart_helpers:FlagHangWorker",
+                       restart_budget=10, restart_backoff=0.01, startup_timeout=1.0,
+                       restart_timeout=2.5, worker_kwargs={"fail_flag": str(flag)})
+    flag.touch()
+    start = time.monotonic()
+    with pytest.raises(ExecutorFailedError, match=r"restart_timeout=2\.5 s") as info:
+        ex.restart()
+    took = time.monotonic() - start
+    assert ex.restarts_used <= 3 and ex.is_failed, (ex.restarts_used, str(info.value))
+    assert took < 8.0, took  # 2.5 s plus the shut-down of the hung attempt, on a loaded machine
+
+
 def test_fault_during_restart_then_success(
         make_executor: Callable[..., MultiprocExecutor], tmp_path: Path) -> None:
     flag = tmp_path / "fail"

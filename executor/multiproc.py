@@ -94,7 +94,6 @@ class MultiprocExecutor:
         self._send_lock = self._res.send_lock
         self._ids = itertools.count(1)
         self._rec = self._res.rec
-        self.started_ns = time.time_ns()
         self._wait_policy = wait_policy  # every incarnation's queues wait the same way
         try:
             self._start(wait_policy)

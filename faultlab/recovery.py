@@ -75,16 +75,6 @@ class RecoveryRecord:
     requests_lost: int = 0
     tokens_recomputed: int = 0  # output tokens produced again while rebuilding
 
-    @property
-    def restart_s(self) -> float:
-        return self.restarted_at - self.detected_at
-
-    @property
-    def to_first_token_s(self) -> float | None:
-        if self.first_token_at is None:
-            return None
-        return self.first_token_at - self.detected_at
-
 
 class Recovery:
     """The ``restart`` policy at work for one engine."""

@@ -72,7 +72,7 @@ def _exporter(env: Mapping[str, str]) -> str:
         return "none"  # the journal still records if FAULTLAB_TRACE_DIR names one
     names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "none").split(",")]
     for name in names:
-        if name in ("otlp", "console"):
+        if name in EXPORTERS and name != "none":
             return name
         if name not in ("", "none"):
             log.warning("OTEL_TRACES_EXPORTER=%s is not supported here; use otlp or console", name)

@@ -89,7 +89,7 @@ class SpanContext(NamedTuple):
 
     def traceparent(self) -> str:
         """The W3C ``traceparent`` header value for this context."""
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{1 if self.sampled else 0:02x}"
+        return f"00-{self.trace_id_hex}-{self.span_id_hex}-{1 if self.sampled else 0:02x}"
 
 
 class Span:

@@ -23,6 +23,7 @@ from conftest import FAST_LIVENESS, TwoNodes
 
 from chaos import resources
 from executor import ExecutorFailedError, MultiprocExecutor
+from executor.exit_guard import GUARD_NAME
 from executor.serialization import encode
 from executor.tcp_gate import present
 from executor.tcp_wire import DATA, rank_identity, seal
@@ -43,8 +44,15 @@ def _wait_failed(ex: MultiprocExecutor) -> None:
 
 
 def _node_pids(two_nodes: TwoNodes) -> list[int]:
-    """Every process below node 1's agent (its workers)."""
-    return [p.pid for p in two_nodes.node_tree(two_nodes.nodes[-1])[1:]]
+    """Every process below node 1's agent but the workers' exit guards (its workers)."""
+    return [p.pid for p in two_nodes.node_tree(two_nodes.nodes[-1])[1:] if not _is_guard(p)]
+
+
+def _is_guard(proc: psutil.Process) -> bool:
+    try:
+        return proc.name() == GUARD_NAME.decode()
+    except psutil.NoSuchProcess:
+        return True  # gone (a guard ends with its worker): not a worker still on the node
 
 
 def _gone(pids: list[int]) -> bool:

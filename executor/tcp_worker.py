@@ -71,6 +71,7 @@ from executor.worker_proc import WorkerProc, leave_loop
 
 log = logging.getLogger("executor.tcp")
 _DAMAGED = b"X"  # link -> main: a request failed authentication; then its (untrusted) msg_id
+_REAP_S = 5.0  # an ended (or SIGKILLed) worker of a group is reaped within this
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -339,6 +340,8 @@ class NodeGroup:
         self.leave()
         stop_processes([(rank, p, -1) for rank, p in zip(self.ranks, self.processes, strict=True)],
                        self.cfg.shutdown_grace, self.cfg.sigterm_grace)
+        for p in self.processes:  # its sentinel can read EOF a moment before it is waitable:
+            p.join(_REAP_S)       # stop_processes may return then, its exit code still unknown
         normal = (0, EXIT_PARENT_DIED, 128 + signal.SIGTERM, -signal.SIGTERM)
         ok = all(p.exitcode in normal for p in self.processes)
         for p in self.processes:

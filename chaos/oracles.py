@@ -233,7 +233,7 @@ def fault_free_stays_fault_free(run: RunRecord) -> list[Violation]:
     nothing may go wrong: each call ends as its own request asks (``requested_error``, or as
     declared) and the executor never fails, unless a call that declared
     ``ExecutorFailedError`` asked for it.  A worker that dies by itself is a finding of the
-    run, never a pass."""
+    run, never a pass.  ``run_scenario(expected=None)`` (judge no outcome) opts out."""
     if run.expected != Outcome.FAULT_FREE or run.hung:
         return []  # a hang is never_hung's; the watchdog's shutdown then fails the calls
     when = "with no fault fired" if not run.faults else "in a run expected fault_free"

@@ -60,7 +60,7 @@ def run_engine(layout: dict[str, Any], prompts: dict[str, list[int]],
                tokens: int) -> dict[str, Any]:
     """One generation run; its tokens/s and per-step round trips and model times."""
     from executor import MultiprocExecutor
-    from faultlab.engine import LLMEngine
+    from executor.model.engine import LLMEngine
 
     with MultiprocExecutor(executor_config("executor.model.worker:ModelWorker", layout)) as ex:
         engine = LLMEngine(ex, step_timeout=60)
@@ -135,7 +135,7 @@ def _round_trip_pickle(obj: Any) -> Any:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch  # noqa: F401  (before any fork: workers inherit it)
 
-    from faultlab.demo import make_prompts
+    from executor.model.prompts import make_prompts
 
     prompts = make_prompts(seed=0, count=args.requests, max_len=16, vocab_size=512)
     batch = decode_batch(prompts)

@@ -27,7 +27,7 @@ from executor.serialization import peek
 from executor.shm_queue import QueueReader, QueueWriter
 from executor.shm_ring import READ_FLAGS, U64
 from executor.waiting import fence, ring
-from faultlab.recovery import Recovery
+from executor.model.recovery import Recovery
 
 
 class DropsDeadline(MultiprocExecutor):

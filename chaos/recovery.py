@@ -149,7 +149,7 @@ _REFERENCE: dict[tuple[int, int, int], dict[str, list[int]]] = {}
 
 
 def prompts_for(scenario: RecoveryScenario, seed: int) -> dict[str, list[int]]:
-    from faultlab.demo import make_prompts
+    from executor.model.prompts import make_prompts
 
     return make_prompts(seed, scenario.requests, 12, 512)
 
@@ -159,7 +159,7 @@ def reference_tokens(scenario: RecoveryScenario, seed: int) -> dict[str, list[in
     key = (seed, scenario.requests, scenario.max_tokens)
     if key not in _REFERENCE:
         from executor import ExecutorConfig, MultiprocExecutor
-        from faultlab.engine import LLMEngine
+        from executor.model.engine import LLMEngine
 
         cfg = ExecutorConfig(worker=WORKER, start_method="fork", worker_kwargs={"seed": seed})
         with MultiprocExecutor(cfg) as ex:
@@ -225,8 +225,8 @@ class _FaultedRun:
                                for k in nodes.agents for p in nodes.tree_pids(k)]
 
     def _run(self, ex: MultiprocExecutor) -> None:
-        from faultlab.engine import EngineFailedError, LLMEngine
-        from faultlab.recovery import RecoveryPolicy
+        from executor.model.engine import EngineFailedError, LLMEngine
+        from executor.model.recovery import RecoveryPolicy
 
         s = self.scenario
         self.all_pids += ex.worker_pids

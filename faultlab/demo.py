@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from typing import Any
 
+from executor.model.prompts import make_prompts
 from faultlab.demo_fault import FAULTS, DemoFault, timeline, trace_location
 from faultlab.usage import UsageError, int_in, positive_seconds
 
@@ -62,13 +62,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="recovery policy (restart)")
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object on stdout (none on a usage error)")
-
-
-def make_prompts(seed: int, count: int, max_len: int, vocab_size: int) -> dict[str, list[int]]:
-    """``count`` prompts of 1..max_len random token ids, drawn from ``seed``."""
-    rng = random.Random(seed)
-    return {f"req-{i}": [rng.randrange(vocab_size) for _ in range(rng.randint(1, max_len))]
-            for i in range(count)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,8 +119,8 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
     import torch  # noqa: F401
 
     from executor import ExecutorConfig, MultiprocExecutor
-    from faultlab.engine import LLMEngine
-    from faultlab.recovery import RecoveryPolicy
+    from executor.model.engine import LLMEngine
+    from executor.model.recovery import RecoveryPolicy
 
     cfg = ExecutorConfig(worker=WORKER, tensor_parallel_size=args.tp,
                          pipeline_parallel_size=args.pp, worker_kwargs=worker_kwargs(args),
@@ -166,7 +159,7 @@ def _recovery_report(fault: DemoFault | None, engine: Any, executor: Any,
     """The timeline, and the same prompts once more without a fault on the same executor."""
     if fault is None:
         return None
-    from faultlab.engine import LLMEngine
+    from executor.model.engine import LLMEngine
 
     reference = LLMEngine(executor, step_timeout=60).generate(prompts, max_tokens)
     same = sum(outputs[rid] == reference[rid] for rid in prompts)

@@ -11,9 +11,9 @@ from typing import Any
 import torch  # noqa: F401  (imported before any fork: see model_config)
 
 from executor import ExecutorConfig, WorkerContext
+from executor.model.prompts import make_prompts
 from executor.model.transformer import StageModel
 from executor.model.worker import ModelWorker
-from faultlab.demo import make_prompts
 
 WORKER = "executor.model.worker:ModelWorker"
 PROMPTS = make_prompts(seed=3, count=5, max_len=12, vocab_size=512)

@@ -78,10 +78,10 @@ def test_demo_text_output_names_requests_and_throughput() -> None:
 
 @pytest.mark.usefixtures("no_orphans")
 def test_demo_failure_is_one_json_object_and_a_nonzero_exit() -> None:
-    done = _demo("--json", "--tp", "3")  # 4 heads do not split 3 ways
+    done = _demo("--json", "--requests", "2", "--max-tokens", "4", "--policy", "fail_stop")
     assert done.returncode == 1
     report = _json_report(done)
-    assert "tensor_parallel_size=3 must divide num_heads=4" in report["error"]
+    assert "worker rank 0" in report["error"] and "SIGKILL" in report["error"], report
     assert report["outputs"] == {}
 
 

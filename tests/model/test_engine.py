@@ -7,7 +7,7 @@ import pytest
 from model_helpers import PROMPTS, model_config
 
 from executor import MultiprocExecutor
-from faultlab.engine import EngineStats, LLMEngine, generation_workload
+from executor.model.engine import EngineStats, LLMEngine, generation_workload
 
 LATE_PROMPT = [5, 17, 300, 2, 41]
 

@@ -11,7 +11,7 @@ from model_helpers import PROMPTS, model_config
 
 from executor import MultiprocExecutor, WorkerError
 from executor.model.batch import ModelBatch, ModelOutput
-from faultlab.engine import LLMEngine
+from executor.model.engine import LLMEngine
 
 MAX_NEW_TOKENS = 12
 

@@ -18,7 +18,7 @@ import pytest
 from model_helpers import PROMPTS, model_config, signal_later
 
 from executor import MultiprocExecutor, WorkerStartupError
-from faultlab.engine import EngineFailedError, LLMEngine, RequestFailedError
+from executor.model.engine import EngineFailedError, LLMEngine, RequestFailedError
 
 FAULT_AFTER_S = 0.4
 LONG_RUN_TOKENS = 400  # several seconds of generation: the fault lands mid-run

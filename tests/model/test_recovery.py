@@ -25,8 +25,8 @@ from recovery_helpers import kept_tokens
 
 from chaos import mutants
 from executor import MultiprocExecutor
-from faultlab.engine import EngineFailedError, LLMEngine, Request, RequestFailedError
-from faultlab.recovery import RESTART, Recovery, RecoveryPolicy
+from executor.model.engine import EngineFailedError, LLMEngine, Request, RequestFailedError
+from executor.model.recovery import RESTART, Recovery, RecoveryPolicy
 
 TOKENS = 24
 FAULT_STEP = 6

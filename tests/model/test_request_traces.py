@@ -22,8 +22,8 @@ from model_helpers import PROMPTS, model_config
 
 import telemetry
 from executor import MultiprocExecutor
-from faultlab.engine import LLMEngine
-from faultlab.recovery import RESTART
+from executor.model.engine import LLMEngine
+from executor.model.recovery import RESTART
 from telemetry.assemble import read_run
 from telemetry.jaeger_json import to_jaeger
 

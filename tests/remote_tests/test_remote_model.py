@@ -6,8 +6,8 @@ import torch  # noqa: F401  (imported before any fork, as in tests/model)
 from conftest import TwoNodes
 
 from executor import ExecutorConfig, MultiprocExecutor
-from faultlab.demo import make_prompts
-from faultlab.engine import LLMEngine
+from executor.model.engine import LLMEngine
+from executor.model.prompts import make_prompts
 
 PROMPTS = make_prompts(seed=3, count=5, max_len=12, vocab_size=512)
 MODEL = {"worker": "executor.model.worker:ModelWorker",

@@ -24,12 +24,12 @@ from conftest import FAST_LIVENESS, TwoNodes
 from chaos import resources
 from executor import ExecutorFailedError, MultiprocExecutor
 from executor.exit_guard import GUARD_NAME
+from executor.model.engine import LLMEngine
+from executor.model.prompts import make_prompts
+from executor.model.recovery import RESTART
 from executor.serialization import encode
 from executor.tcp_gate import present
 from executor.tcp_wire import DATA, rank_identity, seal
-from faultlab.demo import make_prompts
-from faultlab.engine import LLMEngine
-from faultlab.recovery import RESTART
 
 # A gone agent is named once silent node_timeout (counted from the restart at the earliest);
 # the rest is slack for a loaded machine: this guards against a hang, it is not a timing test.

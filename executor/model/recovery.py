@@ -18,7 +18,7 @@ Invariants:
   request at most ``request_retries`` recoveries; nothing retries forever.
 - Traces (tracing on): the ``engine.recovery`` span joins the caller's trace and links to
   every unfinished request's span; ``executor.restart`` (and its start-up) are its children;
-  each rebuilt request gets an ``engine.rebuild`` span in its own trace (faultlab/tracing.py).
+  each rebuilt request gets an ``engine.rebuild`` span in its own trace (executor/model/request_traces.py).
   ``telemetry/story.py`` links them to the fault and its detection when the run is told.
 - Recovery state lives here and on ``Request.retries`` / ``Request.replay``; the engine's
   loop is unchanged otherwise.
@@ -36,9 +36,9 @@ import telemetry
 from executor.errors import ExecutorFailedError
 
 if TYPE_CHECKING:
-    from faultlab.engine import LLMEngine, Request
+    from executor.model.engine import LLMEngine, Request
 
-log = logging.getLogger("faultlab.recovery")
+log = logging.getLogger("executor.model.recovery")
 POLICIES = ("fail_stop", "restart")
 
 
@@ -147,7 +147,7 @@ class Recovery:
 
     def _lose(self, engine: LLMEngine, request: Request, cause: Exception,
               record: RecoveryRecord) -> None:
-        from faultlab.engine import RequestFailedError
+        from executor.model.engine import RequestFailedError
 
         why = (f"request {request.request_id!r} lost: its retry budget of "
                f"{self.policy.request_retries} recoveries is spent; last failure: {record.cause}")

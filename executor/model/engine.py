@@ -18,11 +18,11 @@ Failure: any error from a step (``ExecutorFailedError``, ``WorkerError``, ``Time
 request's Future fails with ``RequestFailedError`` naming the cause (rank, pid, signal), the
 engine refuses further work, and ``run`` raises ``EngineFailedError``.  Nothing waits longer
 than the step timeout (plus slack) for a reply.  That is the ``fail_stop`` policy, the
-default; under ``restart`` (faultlab/recovery.py) a failed step restarts the workers and
+default; under ``restart`` (executor/model/recovery.py) a failed step restarts the workers and
 rebuilds every unfinished request's KV cache from its prompt and tokens so far instead, and
 a request fails only when its own retry budget is spent.
 
-Tracing (when telemetry is on; faultlab/tracing.py): one SERVER span per request with gen_ai.*
+Tracing (when telemetry is on; executor/model/request_traces.py): one SERVER span per request with gen_ai.*
 attributes, in the caller's trace if it has one; each step's RPC is the child of an
 ``engine.step`` span linked to the requests it served.
 """
@@ -39,8 +39,8 @@ from typing import Any, Protocol
 
 from executor.errors import ExecutorFailedError
 from executor.model.batch import ModelBatch, ModelOutput
-from faultlab.recovery import FAIL_STOP, Recovery, RecoveryPolicy
-from faultlab.tracing import RequestTraces
+from executor.model.recovery import FAIL_STOP, Recovery, RecoveryPolicy
+from executor.model.request_traces import RequestTraces
 
 # A future that the executor should have ended by its own deadline gets this much longer
 # before the engine stops waiting on its own (guards against a wedged executor).
@@ -88,11 +88,11 @@ class Request:
     output_token_ids: list[int] = dataclasses.field(default_factory=list)
     future: Future[list[int]] = dataclasses.field(default_factory=Future)
     in_flight: bool = False
-    retries: int = 0  # recoveries this request went through (faultlab/recovery.py)
+    retries: int = 0  # recoveries this request went through (executor/model/recovery.py)
     # While its KV cache is rebuilt after a restart: how many of its output tokens the
     # workers have produced again (they are fed back, not appended); None otherwise.
     replay: int | None = None
-    trace: Any = None  # its RequestTrace while tracing (faultlab/tracing.py)
+    trace: Any = None  # its RequestTrace while tracing (executor/model/request_traces.py)
 
     @property
     def done(self) -> bool:

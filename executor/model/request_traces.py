@@ -40,7 +40,7 @@ from telemetry.links import record_links
 
 if TYPE_CHECKING:
     from executor.model.batch import ModelBatch
-    from faultlab.engine import Request
+    from executor.model.engine import Request
 
 OPERATION = "text_completion"
 PROVIDER = "faultlab"

@@ -334,8 +334,8 @@ class LLMEngine:
         """Fail every pending request with one error naming ``cause``; idempotent."""
         if self.failure is not None:
             return
-        self.failure = EngineFailedError(f"engine failed at step {self._failed_step()}: "
-                                         f"{self._describe(cause)}")
+        self.failure = EngineFailedError(f"engine failed at step {self.failed_step()}: "
+                                         f"{self.describe_failure(cause)}")
         self.failure.__cause__ = cause
         for request in self._requests.values():
             error = RequestFailedError(f"request {request.request_id!r} failed: {self.failure}")
@@ -346,11 +346,40 @@ class LLMEngine:
         self._requests.clear()
         self._in_flight.clear()
 
-    def _failed_step(self) -> int:
+    # ------------------------------------------------------------------ recovery's view
+    # A recovery policy (executor/model/recovery.py) rebuilds requests through these four,
+    # never through the engine's own fields: the engine owns its queues.
+
+    @property
+    def unfinished_requests(self) -> list[Request]:
+        """Every request not yet finished, in arrival order."""
+        return list(self._requests.values())
+
+    def begin_rebuild(self) -> list[Request]:
+        """The executor was restarted: every call of the old incarnation has failed and the
+        new workers hold no cache, so forget both; return the requests to rebuild or drop."""
+        self._in_flight.clear()
+        self._to_free = []
+        for request in self._requests.values():
+            request.in_flight = False
+        return self.unfinished_requests
+
+    def rebuild(self, request: Request) -> None:
+        """Feed ``request``'s prompt and kept tokens again, one step per original step."""
+        request.replay = 0 if request.output_token_ids else None
+
+    def drop(self, request: Request, error: BaseException) -> None:
+        """End one unfinished request with ``error`` (its future, its trace) and forget it."""
+        del self._requests[request.request_id]
+        if self.traces is not None:
+            self.traces.finished(request, error)
+        request.future.set_exception(error)
+
+    def failed_step(self) -> int:
         """The oldest batch in flight, else the last one made (a blocking call failed)."""
         return self._in_flight[0].batch.step_id if self._in_flight else self._next_step_id - 1
 
-    def _describe(self, cause: BaseException) -> str:
+    def describe_failure(self, cause: BaseException) -> str:
         """Lead with the executor's own failure when it has one: it names the dead rank."""
         raised = f"{type(cause).__name__}: {_first_line(cause)}"
         executor_error = self._executor_failure(cause)

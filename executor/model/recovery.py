@@ -21,7 +21,7 @@ Invariants:
   each rebuilt request gets an ``engine.rebuild`` span in its own trace (executor/model/request_traces.py).
   ``telemetry/story.py`` links them to the fault and its detection when the run is told.
 - Recovery state lives here and on ``Request.retries`` / ``Request.replay``; the engine's
-  loop is unchanged otherwise.
+  queues are its own: a rebuild goes through ``begin_rebuild``/``rebuild``/``drop``.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class Recovery:
 
     def recover(self, engine: LLMEngine, cause: Exception) -> Exception | None:
         """Restart and rebuild; return None, or the error the engine must fail with."""
-        record = RecoveryRecord(engine._failed_step(), engine._describe(cause),
+        record = RecoveryRecord(engine.failed_step(), engine.describe_failure(cause),
                                 time.perf_counter())
         span = _start_span(engine, record)
         executor: Any = engine.executor  # has restart(): checked by for_policy
@@ -131,15 +131,12 @@ class Recovery:
 
     def _rebuild_all(self, engine: LLMEngine, cause: Exception, record: RecoveryRecord,
                      span: Any) -> None:
-        engine._in_flight.clear()  # every call of the old incarnation has failed
-        engine._to_free = []  # the new workers hold no cache
-        for request in list(engine._requests.values()):
-            request.in_flight = False
+        for request in engine.begin_rebuild():
             request.retries += 1
             if request.retries > self.policy.request_retries:
                 self._lose(engine, request, cause, record)
                 continue
-            request.replay = 0 if request.output_token_ids else None
+            engine.rebuild(request)
             if engine.traces is not None:
                 engine.traces.rebuild_started(request, span)
             record.requests_rebuilt += 1
@@ -151,14 +148,11 @@ class Recovery:
 
         why = (f"request {request.request_id!r} lost: its retry budget of "
                f"{self.policy.request_retries} recoveries is spent; last failure: {record.cause}")
-        del engine._requests[request.request_id]
         self.lost[request.request_id] = why
         record.requests_lost += 1
         error = RequestFailedError(why)
         error.__cause__ = cause
-        if engine.traces is not None:
-            engine.traces.finished(request, error)
-        request.future.set_exception(error)
+        engine.drop(request, error)
 
     def replayed(self, request: Request, token: int) -> None:
         """A rebuild step's token: check it against the kept one, then move on."""
@@ -184,5 +178,5 @@ def _start_span(engine: LLMEngine, record: RecoveryRecord) -> Any:
     span = rec.start_span("engine.recovery", telemetry.caller_parent(), {
         "faultlab.step": record.step, "faultlab.cause": record.cause})
     if engine.traces is not None:
-        engine.traces.recovery_started(span, engine._requests.values())
+        engine.traces.recovery_started(span, engine.unfinished_requests)
     return span

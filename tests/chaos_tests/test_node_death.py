@@ -20,7 +20,7 @@ from helpers import real_violations
 
 from chaos import Bounds, FaultPlan, KillNode, Outcome, run_scenario
 from chaos.mutants import IgnoresLostNodes
-from chaos.resources import process_state, wait_gone
+from chaos.resources import wait_gone
 from chaos.workloads import CallSpec, rpc_sequence
 from executor import ExecutorConfig
 

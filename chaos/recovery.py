@@ -41,6 +41,7 @@ from chaos.faults import PlanError
 from chaos.nodes import RemoteNodes
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
+from executor.model.recovery import POLICIES
 
 if TYPE_CHECKING:
     from executor import ExecutorConfig, MultiprocExecutor
@@ -86,8 +87,8 @@ class RecoveryScenario:
     def check(self, where: str) -> None:
         if self.fault not in FAULTS:
             raise PlanError(f"{where}.fault: must be one of {FAULTS}, got {self.fault!r}")
-        if self.policy not in ("restart", "fail_stop"):
-            raise PlanError(f"{where}.policy: must be restart or fail_stop, got {self.policy!r}")
+        if self.policy not in POLICIES:
+            raise PlanError(f"{where}.policy: must be one of {sorted(POLICIES)}, got {self.policy!r}")
         if not 0 <= self.rank < self.tp * self.pp:
             raise PlanError(f"{where}.rank: {self.rank} is not a rank of tp {self.tp} x pp "
                             f"{self.pp}")
@@ -226,7 +227,7 @@ class _FaultedRun:
 
     def _run(self, ex: MultiprocExecutor) -> None:
         from executor.model.engine import EngineFailedError, LLMEngine
-        from executor.model.recovery import RecoveryPolicy
+        from executor.model.recovery import policy_named
 
         s = self.scenario
         self.all_pids += ex.worker_pids
@@ -235,7 +236,7 @@ class _FaultedRun:
         baseline = LLMEngine(ex, step_timeout=s.step_timeout)
         self.baseline = baseline.generate(prompts, s.max_tokens)
         self.marks["baseline"] = (time.perf_counter() - started, baseline.stats.generated_tokens)
-        self.engine = LLMEngine(ex, step_timeout=s.step_timeout, recovery=RecoveryPolicy(s.policy))
+        self.engine = LLMEngine(ex, step_timeout=s.step_timeout, recovery=policy_named(s.policy))
         futures = {rid: self.engine.add_request(rid, p, s.max_tokens) for rid, p in prompts.items()}
         try:
             self._loop(ex)
@@ -339,7 +340,7 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
     latency = None if first is None or run.fault_at is None else first - run.fault_at
     recovered = bool(records) and not run.errors and not run.engine_error
     result = RecoveryResult(
-        s.name, seed, [], out, Outcome.RECOVER if s.policy == "restart" else Outcome.FAIL_FAST,
+        s.name, seed, [], out, Outcome.RECOVER if POLICIES[s.policy].recovers else Outcome.FAIL_FAST,
         Outcome.RECOVER if recovered else Outcome.FAIL_FAST if run.errors else None, wall_s,
         run.step, recovered, latency, sum(r.tokens_recomputed for r in records),
         len(run.errors), [{"kind": s.fault, "rank": s.rank, "step": run.step}],
@@ -355,7 +356,7 @@ def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[in
         v.append(Violation("tokens", "the fault-free run in this layout differs from TP=1's"))
     if run.fault_at is None:
         v.append(Violation("fault", f"the run ended before step {run.step}: no fault hit"))
-    if s.policy == "fail_stop":
+    if not POLICIES[s.policy].recovers:
         if not run.errors or "rank" not in run.engine_error:
             v.append(Violation("fail_stop", "expected every request to fail naming the rank; "
                                             f"got {len(run.errors)} failed"))

@@ -30,10 +30,12 @@ import time
 from typing import Any
 
 from executor.model.prompts import make_prompts
+from executor.model.recovery import POLICIES
 from faultlab.demo_fault import FAULTS, DemoFault, timeline, trace_location
 from faultlab.usage import UsageError, int_in, positive_seconds
 
 WORKER = "executor.model.worker:ModelWorker"
+POLICY_NAMES = tuple(sorted(POLICIES))
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed
 
 
@@ -58,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the fault hits after this many steps (default: half of --max-tokens)")
     parser.add_argument("--fault-rank", type=int_in(0), default=None,
                         help="the worker rank hit (default: the last)")
-    parser.add_argument("--policy", choices=("restart", "fail_stop"), default="restart",
+    parser.add_argument("--policy", choices=POLICY_NAMES, default="restart",
                         help="recovery policy (restart)")
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object on stdout (none on a usage error)")
@@ -120,7 +122,7 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
 
     from executor import ExecutorConfig, MultiprocExecutor
     from executor.model.engine import LLMEngine
-    from executor.model.recovery import RecoveryPolicy
+    from executor.model.recovery import policy_named
 
     cfg = ExecutorConfig(worker=WORKER, tensor_parallel_size=args.tp,
                          pipeline_parallel_size=args.pp, worker_kwargs=worker_kwargs(args),
@@ -132,7 +134,7 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
                        f"ready in {startup_s:.2f}s")
         step_timeout = 1.0 if fault is not None and fault.kind == "hang" else args.step_timeout
         engine = LLMEngine(executor, step_timeout=step_timeout,
-                           recovery=RecoveryPolicy(args.policy))
+                           recovery=policy_named(args.policy))
         progress = _Progress()
         if fault is not None:
             fault.executor = executor

@@ -1,4 +1,4 @@
-"""Recovery policies for the engine: ``fail_stop`` (the default) or ``restart``.
+"""Recovery policies for the engine: ``FailStop`` (the default) or ``Restart``.
 
     a step raises ─► Recovery.recover(engine, cause)
         ├─ executor.restart(reason): a new incarnation of every worker (executor/restart.py)
@@ -26,11 +26,12 @@ Invariants:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import telemetry
 from executor.errors import ExecutorFailedError
@@ -39,26 +40,62 @@ if TYPE_CHECKING:
     from executor.model.engine import LLMEngine, Request
 
 log = logging.getLogger("executor.model.recovery")
-POLICIES = ("fail_stop", "restart")
+
+
+class RecoveryPolicy(abc.ABC):
+    """What the engine does when a step fails.  A policy is a small frozen object: adding
+    one is a subclass here and its entry in ``POLICIES`` (chaos reads ``recovers``)."""
+
+    name: ClassVar[str]
+    recovers: ClassVar[bool]  # a failed step is survived (chaos then expects a recovery)
+
+    @abc.abstractmethod
+    def recovery_for(self, executor: Any) -> Recovery | None:
+        """The recovery at work for one engine over ``executor``; None: fail at once."""
 
 
 @dataclasses.dataclass(frozen=True)
-class RecoveryPolicy:
-    """What a failed step does: ``fail_stop`` ends the engine, ``restart`` recovers."""
+class FailStop(RecoveryPolicy):
+    """The engine fails: every pending request raises, naming the cause."""
 
-    name: str = "fail_stop"
+    name: ClassVar[str] = "fail_stop"
+    recovers: ClassVar[bool] = False
+
+    def recovery_for(self, executor: Any) -> Recovery | None:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Restart(RecoveryPolicy):
+    """Restart the executor's workers and rebuild every unfinished request."""
+
+    name: ClassVar[str] = "restart"
+    recovers: ClassVar[bool] = True
     request_retries: int = 3  # recoveries one request may go through before it is lost
 
     def __post_init__(self) -> None:
-        if self.name not in POLICIES:
-            raise ValueError(f"recovery policy must be one of {POLICIES}, got {self.name!r}")
         retries = self.request_retries
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ValueError(f"request_retries must be an integer >= 0, got {retries!r}")
 
+    def recovery_for(self, executor: Any) -> Recovery | None:
+        if not callable(getattr(executor, "restart", None)):
+            raise TypeError(f"the restart policy needs an executor with restart(); "
+                            f"{type(executor).__name__} has none")
+        return Recovery(self)
 
-FAIL_STOP = RecoveryPolicy()
-RESTART = RecoveryPolicy("restart")
+
+POLICIES: dict[str, type[RecoveryPolicy]] = {p.name: p for p in (FailStop, Restart)}
+FAIL_STOP = FailStop()
+RESTART = Restart()
+
+
+def policy_named(name: str) -> RecoveryPolicy:
+    """The policy a command line or a suite names, with its defaults."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ValueError(f"recovery policy must be one of {sorted(POLICIES)}, got {name!r}")
+    return cls()
 
 
 @dataclasses.dataclass
@@ -79,22 +116,17 @@ class RecoveryRecord:
 class Recovery:
     """The ``restart`` policy at work for one engine."""
 
-    def __init__(self, policy: RecoveryPolicy) -> None:
+    def __init__(self, policy: Restart) -> None:
         self.policy = policy
         self.records: list[RecoveryRecord] = []
         self.mismatches = 0  # re-sampled tokens that differed from the kept ones
         self.lost: dict[str, str] = {}  # request id -> why it was lost
 
-    @classmethod
-    def for_policy(cls, policy: RecoveryPolicy, executor: Any) -> Recovery | None:
+    @staticmethod
+    def for_policy(policy: RecoveryPolicy, executor: Any) -> Recovery | None:
         if not isinstance(policy, RecoveryPolicy):
             raise TypeError(f"recovery must be a RecoveryPolicy, got {type(policy).__name__}")
-        if policy.name == "fail_stop":
-            return None
-        if not callable(getattr(executor, "restart", None)):
-            raise TypeError(f"the restart policy needs an executor with restart(); "
-                            f"{type(executor).__name__} has none")
-        return cls(policy)
+        return policy.recovery_for(executor)
 
     @property
     def tokens_recomputed(self) -> int:

@@ -26,7 +26,7 @@ from recovery_helpers import kept_tokens
 from chaos import mutants
 from executor import MultiprocExecutor
 from executor.model.engine import EngineFailedError, LLMEngine, Request, RequestFailedError
-from executor.model.recovery import RESTART, Recovery, RecoveryPolicy
+from executor.model.recovery import RESTART, Recovery, Restart, policy_named
 
 TOKENS = 24
 FAULT_STEP = 6
@@ -92,7 +92,7 @@ def test_hung_rank_is_restarted_after_the_step_timeout(reference: dict[str, list
 
 
 def test_request_lost_when_its_retry_budget_is_spent() -> None:
-    policy = RecoveryPolicy("restart", request_retries=1)
+    policy = Restart(request_retries=1)
     with MultiprocExecutor(model_config()) as ex:
         engine = LLMEngine(ex, step_timeout=30, recovery=policy)
         futures = [engine.add_request(rid, p, TOKENS) for rid, p in PROMPTS.items()]
@@ -121,7 +121,7 @@ def test_engine_fails_when_the_executor_restart_budget_is_spent() -> None:
 
 
 def test_generate_names_the_lost_requests() -> None:
-    policy = RecoveryPolicy("restart", request_retries=0)
+    policy = Restart(request_retries=0)
     with MultiprocExecutor(model_config()) as ex:
         engine = LLMEngine(ex, step_timeout=30, recovery=policy)
         os.kill(ex.worker_pids[0], signal.SIGKILL)
@@ -132,9 +132,9 @@ def test_generate_names_the_lost_requests() -> None:
 
 def test_bad_policies_are_refused() -> None:
     with pytest.raises(ValueError, match="recovery policy"):
-        RecoveryPolicy("retry_forever")
+        policy_named("retry_forever")
     with pytest.raises(ValueError, match="request_retries"):
-        RecoveryPolicy("restart", request_retries=-1)
+        Restart(request_retries=-1)
     with pytest.raises(TypeError, match="needs an executor with restart"):
         LLMEngine(_NoRestart(), recovery=RESTART)  # type: ignore[arg-type]
 

@@ -1,5 +1,8 @@
 """``faultlab trace``: export a recorded run to files, or replay it to an OTLP endpoint.
 
+The app's command; the formats and their converters are the library's
+(``telemetry.exports``).
+
 Data flow::
 
     faultlab trace export RUN_DIR --format jaeger|otlp-json|perfetto [--out FILE]
@@ -21,22 +24,27 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from faultlab.usage import UsageError, output_file, write_output, write_stdout
+from telemetry.exports import DEFAULT_FORMAT, EXPORT_FORMATS, render
 
-FORMATS = ("jaeger", "otlp-json", "perfetto")
+FORMATS = tuple(EXPORT_FORMATS)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="trace_command", required=True)
     export = sub.add_parser("export", help="write a run's spans as Jaeger, OTLP or Perfetto JSON")
-    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    export.add_argument("--format", choices=FORMATS, default="jaeger")
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                        help="the trace directory of a traced run (FAULTLAB_TRACE_DIR, or "
+                             "DIR/SCENARIO/trace of a chaos run)")
+    export.add_argument("--format", choices=FORMATS, default=DEFAULT_FORMAT,
+                        help=f"jaeger (Jaeger UI: Search, Upload JSON), otlp-json, or perfetto "
+                             f"(ui.perfetto.dev); default: {DEFAULT_FORMAT}")
     export.add_argument("--out", type=output_file, default=None,
                         help="output file (default: stdout)")
     send = sub.add_parser("send", help="replay a run's spans to an OTLP endpoint")
-    send.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    send.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                      help="the trace directory of a traced run")
     send.add_argument("--endpoint", default=None,
                       help="OTLP endpoint (default: from OTEL_EXPORTER_OTLP_*_ENDPOINT)")
     send.add_argument("--protocol", choices=("grpc", "http/protobuf"), default=None,
@@ -60,24 +68,6 @@ def check_run_dir(run_dir: Path) -> None:
     if not find_journals(run_dir):
         hint = f" (did you mean {run_dir / 'trace'}?)" if (run_dir / "trace").is_dir() else ""
         raise UsageError(f"{run_dir} holds no faultlab journal; expected {expected}{hint}")
-
-
-def render(run_dir: Path, fmt: str) -> dict[str, Any]:
-    """The JSON document of ``run_dir`` in format ``fmt`` (one of ``FORMATS``)."""
-    from telemetry.assemble import read_run
-
-    spans = read_run(run_dir)
-    if fmt == "jaeger":
-        from telemetry.jaeger_json import to_jaeger
-
-        return to_jaeger(spans)
-    if fmt == "perfetto":
-        from telemetry.perfetto_json import to_perfetto
-
-        return to_perfetto(spans)
-    from telemetry.otlp_json import to_otlp_json
-
-    return to_otlp_json(spans)
 
 
 def _export(run_dir: Path, fmt: str, out: Path | None) -> int:

@@ -49,6 +49,7 @@ from typing import Any
 import cloudpickle
 
 from executor.recv_pool import POOLED_MIN, pool
+from telemetry.journal import split_trace_id
 
 _HEAD = struct.Struct("<BiIQQQQB")  # kind, reply rank (-1: all), out-of-band buffer count,
 #                                     pickle length, trace id (high, low), parent span, flags
@@ -56,7 +57,7 @@ _COUNTS = struct.Struct("<BiIQ")  # the header's first four fields
 # The header's trace context: trace id high, low, parent span (0: none), W3C flags.
 TRACE_HEADER = struct.Struct("<QQQB")
 TRACE_AT = _COUNTS.size
-_M64 = (1 << 64) - 1
+_TRACE_CONTEXT = TRACE_HEADER.unpack_from
 _LEN = struct.Struct("<Q")
 _SMALL = 256 << 10  # smaller buffers stay in-band: measured cheaper (64 KiB echo 105 -> 52 µs)
 _WHOLE_BYTES = 1 << 63  # set in a buffer's length: the buffer is a whole ``bytes`` value
@@ -222,12 +223,11 @@ def encode(
     """Frame parts for the queue: header, pickle, then each out-of-band buffer.  A request
     of a traced RPC carries its span's context (``span_id`` 0: none) in the header."""
     body, buffers = dumps(_lift(obj), by_value)
+    hi, lo = split_trace_id(trace_id)
     if not buffers:
-        return [_HEAD.pack(kind, reply_rank, 0, len(body), trace_id >> 64, trace_id & _M64,
-                           span_id, trace_flags), body]
+        return [_HEAD.pack(kind, reply_rank, 0, len(body), hi, lo, span_id, trace_flags), body]
     raws = [b.raw() for b in buffers]
-    head = _HEAD.pack(kind, reply_rank, len(raws), len(body), trace_id >> 64, trace_id & _M64,
-                      span_id, trace_flags)
+    head = _HEAD.pack(kind, reply_rank, len(raws), len(body), hi, lo, span_id, trace_flags)
     head += b"".join(_LEN.pack(r.nbytes | _kind_flag(r)) for r in raws)
     return [head, body, *raws]
 
@@ -275,6 +275,11 @@ def _writable(obj: bytes | bytearray | memoryview) -> memoryview:
     if type(obj) is bytes:  # not yet published: see the module's invariant
         return memoryview((ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA)).cast("B")
     return obj if type(obj) is memoryview else memoryview(obj)
+
+
+def trace_context(frame: bytes | bytearray) -> tuple[int, int, int, int]:
+    """(trace id high, low, parent span, W3C flags) of a request; parent 0: not traced."""
+    return _TRACE_CONTEXT(frame, TRACE_AT)
 
 
 def peek(frame: bytes | bytearray) -> tuple[int, int]:

@@ -54,7 +54,7 @@ from executor.protocol import (
     method_name,
     span_name,
 )
-from executor.serialization import TRACE_AT, TRACE_HEADER, decode, encode, peek
+from executor.serialization import decode, encode, peek, trace_context
 from executor.shm import SegmentFd
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.transport import MessageReader, MessageWriter
@@ -226,7 +226,7 @@ class WorkerProc:
             return
         span_id = start_ns = 0
         if self.rec.enabled:
-            hi, lo, parent, flags = TRACE_HEADER.unpack_from(frame, TRACE_AT)
+            hi, lo, parent, flags = trace_context(frame)
             if parent:  # a traced RPC: its context rides in the frame header
                 # The execute span: its start record now, so a worker that dies in its
                 # method or before its reply is out leaves it open, truncated; one record

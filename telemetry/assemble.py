@@ -151,7 +151,7 @@ class JournalDecoder:
         if flags & j.FLAG_RPC:
             rpc_id, tid = tid >> j.TID_BITS, tid & ((1 << j.TID_BITS) - 1)
         span = self._open[span_id] = RecordedSpan(
-            name=self.string(name_id), trace_id=(hi << 64) | lo, span_id=span_id,
+            name=self.string(name_id), trace_id=j.join_trace_id(hi, lo), span_id=span_id,
             parent_span_id=parent, start_ns=start, tid=tid, process=self.process,
             thread_name=self.threads.get(tid, ""),
             # A parent in this process is still open when its child starts (spans nest).

@@ -130,6 +130,18 @@ OWNER_SPAN, OWNER_EVENT = 0, 1
 # The writer stores the kind byte last, as the commit mark.
 _HEAD = "<BHI"
 SPAN_START_S = struct.Struct(_HEAD + "QQQQQQ")  # trace_hi, trace_lo, span, parent, start, tid
+_M64 = (1 << 64) - 1
+
+
+def split_trace_id(trace_id: int) -> tuple[int, int]:
+    """A 128-bit W3C trace id as the (high, low) 64-bit halves that records and the
+    request header (``executor.serialization.TRACE_HEADER``) carry."""
+    return trace_id >> 64, trace_id & _M64
+
+
+def join_trace_id(hi: int, lo: int) -> int:
+    """Inverse of ``split_trace_id``."""
+    return hi << 64 | lo
 SPAN_END_S = struct.Struct(_HEAD + "QQ")  # span_id, end_ns
 ATTR_INT_S = struct.Struct(_HEAD + "Qq")  # owner, value (ints, bools, string ids)
 ATTR_FLOAT_S = struct.Struct(_HEAD + "Qd")  # owner, value

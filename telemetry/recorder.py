@@ -61,6 +61,7 @@ _S = TypeVar("_S", bound=Span)
 
 _M64 = (1 << 64) - 1
 _pack_start = j.SPAN_START_S.pack_into
+_split = j.split_trace_id
 _pack_times = j.PH_TIMES_S.pack_into
 _pack_end = j.SPAN_END_S.pack_into
 _pack_attr_int = j.ATTR_INT_S.pack_into
@@ -148,9 +149,9 @@ class Recorder:
                     maps = writer.maps
                     mm = maps[seg] if seg < len(maps) else writer.open_segment(seg)
                     off = _HEADER_SIZE + ((idx & _SLOT_MASK) << _RECORD_SHIFT)
-                    _pack_start(mm, off + 1, _FLAG_RPC, 0, name_id, trace_id >> 64,
-                                trace_id & _M64, span_id, parent_id, _time_ns(),
-                                rpc_id << _TID_BITS | tid)
+                    hi, lo = _split(trace_id)
+                    _pack_start(mm, off + 1, _FLAG_RPC, 0, name_id, hi, lo, span_id,
+                                parent_id, _time_ns(), rpc_id << _TID_BITS | tid)
                     mm[off] = _SPAN_START
                 except _JOURNAL_ERRORS:
                     return None
@@ -187,7 +188,8 @@ class Recorder:
                 except _JOURNAL_ERRORS:
                     return 0
                 return span_id
-        span = self._start_ids(Span, name, trace_hi << 64 | trace_lo, parent_id, True, start_ns)
+        span = self._start_ids(Span, name, j.join_trace_id(trace_hi, trace_lo), parent_id, True,
+                               start_ns)
         return span.span_id if type(span) is Span else 0
 
     def served(
@@ -262,9 +264,8 @@ class Recorder:
             flags = 0
             if 0 <= rpc_id < _RPC_LIMIT and tid < _TID_LIMIT:
                 flags, tid = _FLAG_RPC, rpc_id << _TID_BITS | tid
-            writer.append(_pack_start, _SPAN_START, flags, 0, name_id, trace_id >> 64,
-                          trace_id & _M64, span_id, parent_id,
-                          _time_ns() if start_ns is None else start_ns, tid)
+            writer.append(_pack_start, _SPAN_START, flags, 0, name_id, *_split(trace_id),
+                          span_id, parent_id, _time_ns() if start_ns is None else start_ns, tid)
         except _JOURNAL_ERRORS:  # journal closed by shutdown()
             return NonRecordingSpan(trace_id, span_id)
         return cls(self, trace_id, span_id)

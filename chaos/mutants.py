@@ -23,11 +23,11 @@ import executor.restart
 import executor.worker_proc
 from executor import MultiprocExecutor
 from executor.calls import PendingCall, ReplyCollector
+from executor.model.recovery import Recovery
 from executor.serialization import peek
 from executor.shm_queue import QueueReader, QueueWriter
 from executor.shm_ring import READ_FLAGS, U64
 from executor.waiting import fence, ring
-from executor.model.recovery import Recovery
 
 
 class DropsDeadline(MultiprocExecutor):

@@ -36,14 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         module.configure(sub_parser)
-        sub_parser.set_defaults(_run=module.run)
+        sub_parser.set_defaults(run_command=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        return int(args.run_command(args) or 0)
     except UsageError as exc:
         print_usage_error(f"faultlab {args.command}", str(exc))
         return 2

@@ -92,7 +92,7 @@ class Recorder:
         self.rank: int | None = None
         self.settings = Settings.from_env()
         self.run_dir: Path | None = None
-        self._writer: j.JournalWriter | None = None
+        self.journal_writer: j.JournalWriter | None = None
         self._strings: dict[str, int] = {}
         # Per thread: its native id, once its THREAD record is in this journal.  Thread-local,
         # not a dict keyed by ident: idents are reused as soon as a thread exits.
@@ -137,7 +137,7 @@ class Recorder:
             sampled = parent.sampled if self._parent_based else (trace_id & _M64) < self._root_bound
         if not sampled:
             return None
-        writer = self._writer
+        writer = self.journal_writer
         if writer is not None and 0 <= rpc_id < _RPC_LIMIT:
             tid = self._thread_local.__dict__.get("tid")
             name_id = self._strings.get(name)
@@ -167,7 +167,7 @@ class Recorder:
         fields as they are (``serialization.TRACE_HEADER``): its start record, at
         ``start_ns``; its span id for ``served``, or 0 when it is not recorded.  The worker
         calls this on every traced RPC: the common case is flat (``rpc_trace``)."""
-        writer = self._writer
+        writer = self.journal_writer
         sampled = flags & FLAG_SAMPLED if self._parent_based else trace_lo < self._root_bound
         if not sampled:
             return 0
@@ -201,7 +201,7 @@ class Recorder:
         dequeue and reply times.  ``error``: (type name, message, traceback text) of what
         the method raised (the executor's ``RemoteError``)."""
         done = _time_ns()
-        writer = self._writer
+        writer = self.journal_writer
         if writer is None:
             return
         status, message_id = _STATUS_OK, 0
@@ -250,7 +250,7 @@ class Recorder:
         span_id = self._bits(64) or 1
         if not sampled:
             return NonRecordingSpan(trace_id, span_id)
-        writer = self._writer
+        writer = self.journal_writer
         if writer is None and self._open_on_use:
             writer = self._open_after_fork()
         if writer is None:
@@ -272,7 +272,7 @@ class Recorder:
 
     def append(self, packer: Any, kind: int, *fields: Any) -> None:
         """Write one record (``JournalWriter.append``); nothing if the journal is gone."""
-        writer = self._writer
+        writer = self.journal_writer
         if writer is not None:
             try:
                 writer.append(packer, kind, *fields)
@@ -293,7 +293,7 @@ class Recorder:
     def write_end(
         self, span_id: int, status: int, message: str, flags: int = 0, end_ns: int | None = None
     ) -> None:
-        writer = self._writer
+        writer = self.journal_writer
         if writer is None:
             return
         try:
@@ -307,14 +307,14 @@ class Recorder:
         """First span of this thread: record its native id and name, remember them."""
         tid = threading.get_native_id()
         name_id = self._intern(threading.current_thread().name)
-        writer = self._writer
+        writer = self.journal_writer
         if writer is not None:
             writer.append(j.THREAD_S.pack_into, j.THREAD, 0, 0, name_id, tid)
         self._thread_local.tid = tid
         return tid
 
     def write_event(self, span_id: int, name: str, attributes: Mapping[str, Any] | None) -> None:
-        writer = self._writer
+        writer = self.journal_writer
         if writer is None:
             return
         seq = next(self._event_seq)
@@ -333,7 +333,7 @@ class Recorder:
         self, owner_kind: int, owner: int, attributes: Mapping[str, Any],
     ) -> None:
         """One ATTRIBUTE record per item; str and int values take the inlined fast path."""
-        writer = self._writer
+        writer = self.journal_writer
         if writer is None:
             return
         strings = self._strings
@@ -378,7 +378,7 @@ class Recorder:
 
     def _write_string(self, text: str) -> int:
         """Write a STRING record; raises ValueError if the journal was closed meanwhile."""
-        writer = self._writer
+        writer = self.journal_writer
         if writer is None:
             raise ValueError("journal closed")
         sid = next(self._string_ids)
@@ -424,7 +424,7 @@ class Recorder:
         )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = j.JournalWriter(run_dir, header, on_stop=self._journal_stopped)
+            self.journal_writer = j.JournalWriter(run_dir, header, on_stop=self._journal_stopped)
         except j.JournalStopped:  # no room for even one segment; the journal warned
             self.enabled = False
             return
@@ -441,8 +441,8 @@ class Recorder:
 
         ``enabled`` stays True, so the spans' contexts still travel, not sampled, and the
         workers record nothing for them either."""
-        if self._writer is writer:
-            self._writer = None
+        if self.journal_writer is writer:
+            self.journal_writer = None
 
     def _journal_dir(self) -> Path:
         if self.settings.trace_dir:
@@ -458,9 +458,9 @@ class Recorder:
     def _start_live_export(self) -> None:
         from telemetry.live import LiveExporter
 
-        assert self.run_dir is not None and self._writer is not None
+        assert self.run_dir is not None and self.journal_writer is not None
         self._exporter = LiveExporter(
-            self.run_dir, self.settings, since_ns=self._writer.header.created_ns)
+            self.run_dir, self.settings, since_ns=self.journal_writer.header.created_ns)
         self._exporter.start()
 
     def _close_journal(self) -> None:
@@ -468,7 +468,7 @@ class Recorder:
         exporter, self._exporter = self._exporter, None
         if exporter is not None:
             exporter.stop()
-        writer, self._writer = self._writer, None
+        writer, self.journal_writer = self.journal_writer, None
         if writer is not None:
             writer.close()
         tmp, self._owned_tmpdir = self._owned_tmpdir, None
@@ -487,7 +487,7 @@ class Recorder:
     def after_fork_in_child(self) -> None:
         """Forget the parent's journal, exporter and temp dir; they belong to the parent."""
         self._lock = threading.RLock()  # another thread may have held it at fork time
-        writer, self._writer = self._writer, None
+        writer, self.journal_writer = self.journal_writer, None
         if writer is not None:
             writer.abandon()
         self._exporter = None
@@ -503,7 +503,7 @@ class Recorder:
             if self._open_on_use:
                 self._open_on_use = False
                 self._open_journal()
-            return self._writer
+            return self.journal_writer
 
 
 _RECORDER: Recorder | None = None

@@ -89,7 +89,7 @@ def end_rpc(
 ) -> None:
     """The call is resolved (``error`` None: successfully): write what the trace holds and
     end the span.  The common case first, flat: one PH_CALL record."""
-    writer = rec._writer
+    writer = rec.journal_writer
     if writer is None:
         return
     if (error is None and len(trace) == 11 and trace[5] == 0 and trace[8] == 1

@@ -138,7 +138,7 @@ class Span:
             return
         self.ended = True
         if error is None:  # the common case: Recorder.write_end costs a call more
-            writer = self._rec._writer
+            writer = self._rec.journal_writer
             if writer is None:
                 return
             try:

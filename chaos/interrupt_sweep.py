@@ -141,14 +141,8 @@ def held_locks(locks: dict[str, Any], timeout: float = 1.0) -> list[str]:
 
 
 def executor_locks(ex: Any) -> dict[str, Any]:
-    """The locks of a ``MultiprocExecutor`` that a caller's thread takes."""
-    res = ex._res
-    out = {"send_lock": res.send_lock, "reply_lock": res.reply_lock, "state_lock": ex._state_lock,
-           "restart_lock": ex._restart_lock, "resources.lock": res.lock}
-    collector = getattr(ex, "_collector", None)
-    if collector is not None:
-        out["resolve_lock"] = collector.resolve_lock
-    return out
+    """The locks of an executor that a caller's thread takes (``caller_locks()``)."""
+    return dict(ex.caller_locks())
 
 
 def _in_step(ex: Any, tag: int) -> str | None:

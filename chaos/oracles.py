@@ -23,13 +23,14 @@ documented error, only to return a wrong value, an undocumented error, or too la
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
 
+from chaos import oracles_around
 from chaos.outcomes import Outcome
 from chaos.recording import UNKNOWN, CallRecord, requested_error
+from chaos.run_record import Bounds, RunRecord, Violation  # noqa: F401 - Bounds: re-exported
 
 DOCUMENTED_ERRORS = frozenset({
     "ExecutorFailedError", "WorkerError", "CorruptMessageError", "TimeoutError",
@@ -38,50 +39,6 @@ DOCUMENTED_ERRORS = frozenset({
 _RECOVERABLE = ("WorkerError", "CorruptMessageError")
 # Raised by collective_rpc itself before the call joined the queue: it has no place in line.
 _NEVER_QUEUED = ("QueueFullError", "RequestPicklingError")
-
-
-@dataclasses.dataclass(frozen=True)
-class Violation:
-    invariant: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"[{self.invariant}] {self.message}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Bounds:
-    """Generous bounds: the machine is shared, so they catch hangs, not slowness."""
-
-    deadline_slack_s: float = 1.0
-    detect_s: float = 3.0
-    shutdown_slack_s: float = 5.0
-    exit_s: float = 5.0  # workers must be gone this long after the driver died
-    workload_s: float = 60.0
-
-
-@dataclasses.dataclass
-class RunRecord:
-    calls: list[CallRecord]
-    faults: list[dict[str, Any]]
-    fatal_fault_kinds: tuple[str, ...] = ()  # fault records that must be detected
-    callback_times_ns: list[int] = dataclasses.field(default_factory=list)
-    failed_at_ns: int | None = None  # when the executor was first seen failed
-    shutdown_s: float | None = None
-    shutdown_bound_s: float = 10.0
-    leaks: list[str] = dataclasses.field(default_factory=list)
-    hung: bool = False
-    expected: Outcome | None = None
-    bounds: Bounds = dataclasses.field(default_factory=Bounds)
-    failed_before_shutdown: str | None = None  # the executor's failure, seen before shutdown()
-    late_callback_ran: bool | None = None  # registered once failed: it must run at once
-    fork_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    workers_gone: list[str] = dataclasses.field(default_factory=list)  # before shutdown()
-    # Every fault of the plan: {"index", "kind", "target", "trigger" (words), "may_not_fire"}.
-    planned: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-    def fatal_faults(self) -> list[dict[str, Any]]:
-        return [f for f in self.faults if f.get("fatal")]
 
 
 Oracle = Callable[[RunRecord], list[Violation]]
@@ -277,7 +234,6 @@ def planned_faults_fired(run: RunRecord) -> list[Violation]:
             for p in run.planned if p["index"] not in fired and not p.get("may_not_fire")]
 
 
-from chaos import oracles_around  # noqa: E402 - it builds on RunRecord and Violation
 
 ALL_ORACLES: tuple[Oracle, ...] = (
     results_correct, deadlines_met, failure_detected, callback_once, futures_in_order,

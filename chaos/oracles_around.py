@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chaos.oracles import RunRecord, Violation
+from chaos.run_record import RunRecord, Violation
 from chaos.recording import UNKNOWN, CallRecord
 
 # Errors a "*" in expect_errors does not cover: the executor died, a hang, or a signal.

@@ -216,6 +216,18 @@ class MultiprocExecutor:
     def world_size(self) -> int:
         return self.config.world_size
 
+    def caller_locks(self) -> dict[str, Any]:
+        """The locks a caller's thread may take inside this executor, by name: for checks
+        that none is ever left held (chaos.interrupt_sweep: Ctrl-C at every point)."""
+        res = self._res
+        locks = {"send_lock": res.send_lock, "reply_lock": res.reply_lock,
+                 "state_lock": self._state_lock, "restart_lock": self._restart_lock,
+                 "resources.lock": res.lock}
+        collector = getattr(self, "_collector", None)
+        if collector is not None:
+            locks["resolve_lock"] = collector.resolve_lock
+        return locks
+
     def register_failure_callback(self, callback: FailureCallback) -> None:
         """Call ``callback()`` once when the executor fails; at once if it already has.
 

@@ -1,0 +1,58 @@
+"""What the oracles read and report: a recorded run and its violations.
+
+    chaos.scenario ──records──► RunRecord ──► chaos.oracles / chaos.oracles_around ──► [Violation]
+
+Shared by both oracle modules (and the suites' reports), so neither imports the other's
+records: the oracles import this module, and ``chaos.oracles`` lists the around-oracles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from chaos.outcomes import Outcome
+from chaos.recording import CallRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    invariant: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.invariant}] {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """Generous bounds: the machine is shared, so they catch hangs, not slowness."""
+
+    deadline_slack_s: float = 1.0
+    detect_s: float = 3.0
+    shutdown_slack_s: float = 5.0
+    exit_s: float = 5.0  # workers must be gone this long after the driver died
+    workload_s: float = 60.0
+
+
+@dataclasses.dataclass
+class RunRecord:
+    calls: list[CallRecord]
+    faults: list[dict[str, Any]]
+    callback_times_ns: list[int] = dataclasses.field(default_factory=list)
+    failed_at_ns: int | None = None  # when the executor was first seen failed
+    shutdown_s: float | None = None
+    shutdown_bound_s: float = 10.0
+    leaks: list[str] = dataclasses.field(default_factory=list)
+    hung: bool = False
+    expected: Outcome | None = None
+    bounds: Bounds = dataclasses.field(default_factory=Bounds)
+    failed_before_shutdown: str | None = None  # the executor's failure, seen before shutdown()
+    late_callback_ran: bool | None = None  # registered once failed: it must run at once
+    fork_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    workers_gone: list[str] = dataclasses.field(default_factory=list)  # before shutdown()
+    # Every fault of the plan: {"index", "kind", "target", "trigger" (words), "may_not_fire"}.
+    planned: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def fatal_faults(self) -> list[dict[str, Any]]:
+        return [f for f in self.faults if f.get("fatal")]

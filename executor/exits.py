@@ -30,12 +30,14 @@ import os
 import select
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import NamedTuple
 
 _REAP_LOCK = threading.Lock()  # one reaper at a time: two waitids would lose a status
+_WAITABLE_S = 0.5  # without a pidfd: how long a closed sentinel may precede a waitable exit
 
 
 class Ended(NamedTuple):
@@ -99,7 +101,14 @@ def _ended_by_sentinel(process: BaseProcess) -> Ended | None:
     code = process.exitcode  # waitpid by pid: only where there is no pidfd
     if code is not None:
         return Ended(code)
-    return Ended(None) if _readable(process.sentinel) else None
+    if not _readable(process.sentinel):
+        return None
+    # The sentinel reads EOF a moment before the process is waitable: give it that moment
+    # (bounded, sleeping) before concluding that another handler reaped it.
+    deadline = time.monotonic() + _WAITABLE_S
+    while (code := process.exitcode) is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return Ended(code)
 
 
 def _known_code(process: BaseProcess) -> int | None:

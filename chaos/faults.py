@@ -288,10 +288,32 @@ class ForkInWorker(Fault):
             raise PlanError(f"{self.kind}: duration must be 0..60 s, got {self.duration!r}")
 
 
+REAPER_MODES = ("ignore", "reap")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OutsideReaper(Fault):
+    """Someone else reaps the driver's children, from when it fires until the scenario has
+    shut the executor down (shutdown runs under it): ``mode="ignore"`` sets SIGCHLD to
+    SIG_IGN (the kernel reaps every exited child at once), ``"reap"`` collects every exited
+    child with ``waitpid(-1, WNOHANG)``, as a server's SIGCHLD handler does.  Nothing may
+    change for calls; a worker death is still named (rank, pid); shutdown stays fast, sends
+    no signal to a freed pid and leaves no descriptor (chaos.surroundings.ChildReaper)."""
+
+    kind: ClassVar[str] = "outside_reaper"
+    mode: str = "ignore"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode not in REAPER_MODES:
+            raise PlanError(f"{self.kind}: mode must be one of {REAPER_MODES}, got {self.mode!r}")
+
+
 KINDS: dict[str, type[Fault]] = {
     cls.kind: cls for cls in (KillWorker, TermWorker, HangWorker, ResumeWorker, SlowWorker,
                               RaiseInWorker, CorruptQueue, KillDriver, KillNode, StarveCPU,
-                              StarveMemory, InterruptDriver, ForkInDriver, ForkInWorker)
+                              StarveMemory, InterruptDriver, ForkInDriver, ForkInWorker,
+                              OutsideReaper)
 }
 
 

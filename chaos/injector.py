@@ -25,7 +25,7 @@ from typing import Any
 
 from chaos import surroundings
 from chaos.control import ControlDir
-from chaos.faults import ForkInDriver, KillNode, StarveCPU, StarveMemory
+from chaos.faults import ForkInDriver, KillNode, OutsideReaper, StarveCPU, StarveMemory
 from chaos.plan import ResolvedFault
 from executor.surfaces import ExecutorLike
 
@@ -131,7 +131,8 @@ class Injector:
     def _target(self, r: ResolvedFault) -> int | None:
         if r.fault.kind in _SIGNALS:
             return self.pids[r.fault.rank] if r.fault.rank < len(self.pids) else None
-        return os.getpid() if r.fault.kind in ("kill_driver", "interrupt_driver") else None
+        return os.getpid() if r.fault.kind in ("kill_driver", "interrupt_driver", "outside_reaper") \
+            else None
 
     def _act(self, r: ResolvedFault, pid: int | None) -> None:
         f = r.fault
@@ -144,6 +145,8 @@ class Injector:
         elif isinstance(f, ForkInDriver):
             pid = surroundings.fork_child(f, r.index, self.ctl.path, self.executor)
             self.forked.append((r.index, pid, f.duration + surroundings.CHILD_WATCHDOG_S + 2.0))
+        elif isinstance(f, OutsideReaper):  # stays until the scenario has shut the executor down
+            surroundings.start_outside_reaper(f.mode)
         elif isinstance(f, StarveCPU):
             self._helpers([_BUSY.format(d=f.duration)] * f.processes, f.duration)
         elif isinstance(f, StarveMemory):

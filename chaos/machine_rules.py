@@ -7,6 +7,11 @@
         raising_aggregator    that call fails; later calls (judged by the model) do not
         damage_next_request   one payload byte of the next request flipped: a checksum error
         stubborn_worker       a worker ignoring SIGTERM and the death pipe: shutdown must SIGKILL
+    SurroundingsMachine ──► OutsideReaperMachine adds (a machine of its own, so the hunts above
+    keep their rule set):
+        outside_reaper        from now on someone else reaps the driver's children (SIGCHLD
+                              SIG_IGN, or a waitpid(-1) reaper): deaths are still named
+                              (rank, pid, never "still running"), shutdown stays bounded
 
 Every rule is bounded like the base machine's (a hang is a failure with a message).  The
 interrupt rule runs its call on the calling (main) thread with a SIGINT handler that raises
@@ -24,7 +29,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from chaos import points
+from chaos import points, surroundings
 from chaos.machine import WORLD_SIZE, ExecutorMachine, _signal
 from chaos.workloads import CallSpec
 from executor import CorruptMessageError, ExecutorFailedError, WorkerError, failpoints
@@ -170,6 +175,36 @@ class SurroundingsMachine(ExecutorMachine):
         _signal(self.pids[rank], signal.SIGCONT)
         if rank in self.model.stopped and rank not in self.stubborn:
             self.model.resume(rank, time.monotonic())
+
+
+class OutsideReaperMachine(SurroundingsMachine):
+    """SurroundingsMachine plus someone else reaping the driver's children (issue 25)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reaper: surroundings.ChildReaper | None = None  # stopped after teardown's shutdown
+
+    @precondition(lambda self: self.reaper is None)
+    @rule(mode=st.sampled_from(surroundings.REAPER_MODES))
+    def outside_reaper(self, mode: str) -> None:
+        """Someone else reaps the driver's children from now on, until after teardown."""
+        self.reaper = surroundings.ChildReaper(mode)
+
+    @precondition(lambda self: self.model.failed_at is None)
+    @rule(rank=st.integers(0, WORLD_SIZE - 1), sig=st.sampled_from(["SIGKILL", "SIGTERM"]))
+    def kill(self, rank: int, sig: str) -> None:
+        """As the base rule; the failure names the dead worker, whoever reaped it."""
+        super().kill(rank, sig)
+        failure = str(getattr(self.ex, "_failure", "") or "")
+        assert str(self.pids[rank]) in failure and "still running" not in failure, (
+            f"{sig} of rank {rank} (pid {self.pids[rank]}) was reported as: {failure}")
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if self.reaper is not None:
+                self.reaper.stop()
 
 
 def _interrupted_call(fn: Any, delay: float) -> tuple[Any, BaseException | None]:

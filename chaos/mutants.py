@@ -526,3 +526,68 @@ class LiftsFrameBound(MultiprocExecutor):
             super().__init__(*a, **kw)
         finally:
             executor.tcp_gate.MAX_FRAME_BYTES = original
+
+
+# ---------------------------------------------------------------- someone else reaps the workers
+# Issue 25, defect 4, re-created on top of the executor: for as long as the executor lives,
+# every liveness check, exit status and shutdown signal goes by pid through multiprocessing
+# (``exitcode`` = waitpid), as before the pidfd fix.
+
+def _exitcode_has_ended(process: Any, fd: int) -> bool:
+    return process.exitcode is not None  # BUG: None forever once another handler reaped it
+
+
+def _exitcode_ended(process: Any, fd: int) -> Any:
+    from executor import exits
+
+    code = process.exitcode
+    return None if code is None else exits.Ended(code)
+
+
+def _kill_by_pid(process: Any, fd: int, sig: int) -> None:
+    try:
+        os.kill(process.pid, sig)  # BUG: the pid may be free, or another process's by now
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class TrustsWaitpid(MultiprocExecutor):
+    """Liveness from ``Process.exitcode`` and signals by pid: under SIGCHLD=SIG_IGN or an
+    outside reaper, shutdown busy-waits through every grace and signals freed pids, a dead
+    worker is reported "still running", and the workers' descriptors are never closed."""
+
+    _patched: dict[str, Any] | None = None
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        import executor.exits
+        import executor.protocol
+
+        self._patched = {"has_ended": executor.exits.has_ended, "ended": executor.exits.ended,
+                         "send_signal": executor.exits.send_signal,
+                         "REAPED_ELSEWHERE": executor.protocol.REAPED_ELSEWHERE}
+        executor.exits.has_ended = _exitcode_has_ended
+        executor.exits.ended = _exitcode_ended
+        executor.exits.send_signal = _kill_by_pid
+        executor.protocol.REAPED_ELSEWHERE = "is still running"
+        try:
+            super().__init__(*a, **kw)
+        except BaseException:
+            self._restore()
+            raise
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            self._restore()
+
+    def _restore(self) -> None:
+        import executor.exits
+        import executor.protocol
+
+        patched, self._patched = self._patched, None
+        if patched is None:
+            return
+        executor.protocol.REAPED_ELSEWHERE = patched.pop("REAPED_ELSEWHERE")
+        for name, original in patched.items():
+            setattr(executor.exits, name, original)

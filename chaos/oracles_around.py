@@ -7,7 +7,9 @@
                ├─ fork_contained        a forked child of the driver changed nothing in the
                │                        parent; its own call raised a clear error
                ├─ backpressure_honest   no QueueFullError while every reader was reading
-               └─ callbacks_on_failure  every failure ran the callbacks; a late one runs at once
+               ├─ callbacks_on_failure  every failure ran the callbacks; a late one runs at once
+               └─ deaths_named          a dead worker is named (rank, pid) and never "still running",
+                                        whoever reaped it (outside_reaper faults)
 
 The invariant of each violation names the class of fault ("hostile", "interrupt", "fork",
 "backpressure", "callback", ...) so a report says at once what broke.
@@ -18,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chaos.run_record import RunRecord, Violation
 from chaos.recording import UNKNOWN, CallRecord
+from chaos.run_record import RunRecord, Violation
 
 # Errors a "*" in expect_errors does not cover: the executor died, a hang, or a signal.
 _NOT_ANY = frozenset({"ExecutorFailedError", "TimeoutError", "KeyboardInterrupt", "SystemExit",
@@ -144,6 +146,25 @@ def callbacks_on_failure(run: RunRecord) -> list[Violation]:
     return out
 
 
+_DEATHS = frozenset({"kill_worker", "term_worker", "fork_in_worker"})
+
+
+def deaths_named(run: RunRecord) -> list[Violation]:
+    failure = run.failed_before_shutdown
+    if failure is None:
+        return []
+    out = []
+    if "still running" in failure:
+        out.append(Violation("death", f"a dead worker was reported as still running: {failure[:300]}"))
+    fatal = run.fatal_faults()
+    if len(fatal) == 1 and fatal[0]["kind"] in _DEATHS and fatal[0].get("pid"):
+        name = f"rank {fatal[0]['rank']} (pid {fatal[0]['pid']})"
+        if str(fatal[0]["pid"]) not in failure:  # local: "rank r (pid p)"; remote: "(pid [p])"
+            out.append(Violation("death", f"the failure does not name the dead worker, {name}: "
+                                          f"{failure[:300]}"))
+    return out
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -151,4 +172,4 @@ def _short(value: Any) -> str:
 
 ORACLES: tuple[Callable[[RunRecord], list[Violation]], ...] = (
     declared_outcomes, interrupts_contained, fork_contained, backpressure_honest,
-    callbacks_on_failure)
+    callbacks_on_failure, deaths_named)

@@ -34,6 +34,7 @@ from chaos.faults import (
     KillDriver,
     KillNode,
     KillWorker,
+    OutsideReaper,
     RaiseInWorker,
     ResumeWorker,
     SlowWorker,
@@ -64,6 +65,7 @@ _BY_KIND = {
     "starve_cpu": Outcome.RECOVER, "starve_memory": Outcome.RECOVER,
     "kill_node": Outcome.FAIL_FAST, "interrupt_driver": Outcome.INTERRUPT,
     "fork_in_driver": Outcome.RECOVER, "fork_in_worker": Outcome.FAIL_FAST,
+    "outside_reaper": Outcome.RECOVER,
 }
 # A KillNode row needs a second node; liveness fast enough that a cut link is seen in ~1 s.
 TWO_NODES = {"nnodes": 2, "heartbeat_interval": 0.1, "node_timeout": 1.0}
@@ -141,4 +143,7 @@ TABLE: list[tuple[str, Fault, Outcome]] = [
     ("fork a child that lingers", ForkInDriver(on_call=HIT, mode="linger", duration=0.3), Outcome.RECOVER),
     ("fork a child that calls the executor", ForkInDriver(on_call=HIT, mode="call"), Outcome.RECOVER),
     ("fork a lingering grandchild, then die", ForkInWorker(rank=1, on_call=HIT), Outcome.FAIL_FAST),
+    ("SIGCHLD ignored in the driver", OutsideReaper(on_call=HIT), Outcome.RECOVER),
+    ("an outside handler reaps the driver's children", OutsideReaper(on_call=HIT, mode="reap"),
+     Outcome.RECOVER),
 ]

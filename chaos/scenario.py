@@ -251,8 +251,11 @@ class _InProcessRun:
                 failpoints.disable()  # every point chaos switched on in the driver
             after = self._before_shutdown(ex, proxy, pids)
             started = time.monotonic()
-            ex.shutdown()
-            shutdown_s = time.monotonic() - started
+            try:
+                ex.shutdown()
+            finally:
+                shutdown_s = time.monotonic() - started
+                surroundings.end_outside_reapers()  # outside_reaper faults: shutdown ran under them
         surroundings.end_strays(self.ctl.path)
         nodes.wait_exit(self.bounds.exit_s)
         leaks = resources.leaks(before, pids, os.getpid(), (str(self.out),))

@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from chaos.faults import ForkInDriver
+from chaos.faults import REAPER_MODES, ForkInDriver
 from executor.surfaces import ExecutorLike
 
 CHILD_CALL_TIMEOUT_S = 2.0
@@ -348,3 +348,82 @@ class MemoryWatch:
         while not self._done.is_set():
             self.peak = max(self.peak, self._proc.memory_info().rss)
             self._done.wait(self._every)
+
+
+# ---------------------------------------------------------------- someone else reaps the driver's children
+
+_SIG_IGN = 1  # the C value, for sigaction from any thread (Python's signal.signal: main thread only)
+
+
+class ChildReaper:
+    """Someone other than the executor reaps the driver's children, as servers do.
+
+    ``"ignore"``: SIGCHLD set to SIG_IGN, so the kernel reaps every exited child at once;
+    ``"reap"``: a handler (a thread, off the main thread) collecting any exited child with
+    ``waitpid(-1, WNOHANG)``.  Either way ``waitpid`` on a worker's pid fails with ECHILD
+    and multiprocessing's ``exitcode`` says None forever.  ``stop()`` restores what was
+    there (idempotent); a scenario stops it only after ``shutdown()``, so shutdown runs under it.
+    """
+
+    def __init__(self, mode: str) -> None:
+        if mode not in REAPER_MODES:
+            raise ValueError(f"outside reaper mode must be one of {REAPER_MODES}, got {mode!r}")
+        self.mode = mode
+        self.reaped: list[int] = []  # pids the "reap" handler collected
+        self._done = threading.Event()
+        self._previous: Any = None
+        self._thread: threading.Thread | None = None
+        if mode == "ignore":
+            self._previous = _set_sigchld(_SIG_IGN)
+        else:
+            self._thread = threading.Thread(target=self._reap, name="chaos-reaper", daemon=True)
+            self._thread.start()
+
+    def _reap(self) -> None:
+        while not self._done.wait(0.002):
+            while True:
+                try:
+                    pid, _status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                self.reaped.append(pid)
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if self._previous is not None:
+            _set_sigchld(self._previous)
+            self._previous = None
+
+
+def _set_sigchld(handler: Any) -> Any:
+    """Set SIGCHLD's disposition through libc (works from any thread); return the old one."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    return libc.signal(signal.SIGCHLD, handler) or 0
+
+
+_active: list[ChildReaper] = []
+
+
+def start_outside_reaper(mode: str) -> ChildReaper:
+    """An ``outside_reaper`` fault fired: reap the driver's children from now on."""
+    reaper = ChildReaper(mode)
+    _active.append(reaper)
+    return reaper
+
+
+def end_outside_reapers() -> list[str]:
+    """After the scenario's shutdown: restore SIGCHLD; returns the modes that were active."""
+    modes = []
+    while _active:
+        reaper = _active.pop()
+        reaper.stop()
+        modes.append(reaper.mode)
+    return modes

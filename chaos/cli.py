@@ -1,7 +1,18 @@
 """``faultlab chaos``: run a suite, or replay one scenario of an earlier run.
 
     faultlab chaos run SUITE|PATH --seed N --out DIR [--junit FILE] [--start-method M] [-k REGEX]
+                                  [--target NAME]
     faultlab chaos replay DIR/SCENARIO [--out DIR2]
+    faultlab chaos compare SUITE --targets NAME,NAME,... [--seeds N] --out DIR [--skip-missing]
+
+``--target`` (default ``faultlab``: today's behaviour, every [[scenario]] on faultlab's
+executor) runs the suite's [[target_scenario]] tables against that target through
+chaos.targets.run.TargetRun (a suite without them is a usage error for any other target).
+``compare`` runs them on every target named, each for ``--seeds`` seeds (the suite's seed,
++1, ...), and writes DIR/compare.md, DIR/compare.json and DIR/junit-NAME.xml; it exits 0
+once every row is written (violations are findings, in the files).  A target that is not
+installed stops ``compare`` before anything runs, naming each missing one and its extra,
+unless ``--skip-missing`` runs the others and lists the skipped in compare.md.
 
 Exit status: 0 when every invariant held, 1 when one broke, 2 for a usage error (a malformed
 or non-UTF-8 suite, a fault on a rank outside the world, a bad or unmatched ``-k``, an
@@ -21,7 +32,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultlab.usage import UsageError, dir_problem, output_dir, output_file, regex, write_stdout
+from faultlab.usage import (
+    UsageError,
+    dir_problem,
+    int_in,
+    output_dir,
+    output_file,
+    regex,
+    write_stdout,
+)
 
 if TYPE_CHECKING:
     from chaos.suites import Scenario
@@ -37,6 +56,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default=None)
     run.add_argument("-k", dest="only", type=regex, default=None,
                      help="only scenarios matching this regex")
+    run.add_argument("--target", type=target_name, default=None,
+                     help="the executor to break: faultlab (default), vllm, processpool, loky, "
+                          "pebble, ray (target suites, e.g. 'targets')")
+    compare = sub.add_parser("compare", help="run a target suite on several targets, side by side")
+    compare.add_argument("suite", help="targets, or a path to a suite .toml with [[target_scenario]]")
+    compare.add_argument("--targets", type=target_names, required=True,
+                         help="comma-separated target names, e.g. faultlab,processpool")
+    compare.add_argument("--seeds", type=int_in(1, 1000), default=1,
+                         help="how many seeds per scenario (default 1)")
+    compare.add_argument("--out", type=output_dir, required=True,
+                         help="directory for compare.md, compare.json, junit-NAME.xml")
+    compare.add_argument("--skip-missing", action="store_true",
+                         help="run the installed targets, list the missing ones in compare.md")
+    compare.add_argument("-k", dest="only", type=regex, default=None,
+                         help="only scenarios matching this regex")
     replay = sub.add_parser("replay", help="rerun one scenario of an earlier run exactly")
     replay.add_argument("scenario_dir", type=Path, help="DIR/SCENARIO of an earlier run")
     replay.add_argument("--out", type=output_dir, default=None, help="default: SCENARIO/replay")
@@ -45,7 +79,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.chaos_command == "run":
         return _run(args)
+    if args.chaos_command == "compare":
+        return _compare(args)
     return _replay(args)
+
+
+def target_name(text: str) -> str:
+    """An argparse type: one of chaos.targets' names."""
+    from chaos.targets.base import TARGET_NAMES
+
+    if text not in TARGET_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown target {text!r}; known: {', '.join(TARGET_NAMES)}")
+    return text
+
+
+def target_names(text: str) -> list[str]:
+    """An argparse type: comma-separated target names, at least one, none twice."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one target name, e.g. faultlab,processpool")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"a target is named twice in {text!r}")
+    return [target_name(n) for n in names]
+
+
+def _resolve_target(name: str) -> Any:
+    """The Target, or UsageError: one line naming what to install."""
+    from chaos.targets.base import TargetUnavailable, get_target
+
+    try:
+        return get_target(name)
+    except TargetUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    except ImportError as exc:
+        raise UsageError(f"target {name}: chaos.targets.{name}_target cannot be imported "
+                         f"({exc}); is the target installed in this checkout?") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -56,6 +124,10 @@ def _run(args: argparse.Namespace) -> int:
         suite = load_suite(args.suite)
     except SuiteError as exc:
         raise UsageError(str(exc)) from None
+    targeted = args.target not in (None, "faultlab") or (suite.target_scenarios and not (
+        suite.scenarios or suite.recovery))
+    if targeted:
+        return _run_target(args, suite)
     _check_selection([s.name for s in suite.scenarios], args.only, suite.name)
     seed = suite.seed if args.seed is None else args.seed
     sys.stderr.write(f"chaos suite {suite.name} ({suite.path}), seed {seed}, out {args.out}\n")
@@ -74,6 +146,71 @@ def _run(args: argparse.Namespace) -> int:
     if junit_error is not None:
         raise junit_error
     return 0 if all(r.ok for r in results) else 1
+
+
+def _run_target(args: argparse.Namespace, suite: Any) -> int:
+    """``chaos run SUITE --target NAME``: the suite's target scenarios on one target."""
+    from chaos.targets.compare import run_targets, stderr_progress, summary, write_junit
+
+    name = args.target or "faultlab"
+    if not suite.target_scenarios:
+        raise UsageError(f"suite {suite.name} has no [[target_scenario]] tables: its scenarios "
+                         "use faultlab's failpoints and run on faultlab only (--target faultlab); "
+                         "try the 'targets' suite")
+    scenarios = _selected(suite, args.only)
+    target = _resolve_target(name)
+    seed = suite.seed if args.seed is None else args.seed
+    sys.stderr.write(f"chaos suite {suite.name} ({suite.path}) on target {name}, seed {seed}, "
+                     f"out {args.out}\n")
+    results = run_targets(target, scenarios, [seed], args.out, stderr_progress)
+    (args.out / "summary.json").write_text(json.dumps([r.row() for r in results], indent=1))
+    junit_error = None
+    if args.junit is not None:
+        try:
+            write_junit(results, suite.name, name, args.junit)
+        except OSError as exc:
+            junit_error = UsageError(f"--junit {args.junit}: cannot write: {exc.strerror or exc}")
+    write_stdout(summary(results))
+    if junit_error is not None:
+        raise junit_error
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from chaos.suites import SuiteError, load_suite
+    from chaos.targets.base import TargetUnavailable, get_target
+    from chaos.targets.compare import compare, stderr_progress, summary
+
+    try:
+        suite = load_suite(args.suite)
+    except SuiteError as exc:
+        raise UsageError(str(exc)) from None
+    if not suite.target_scenarios:
+        raise UsageError(f"suite {suite.name} has no [[target_scenario]] tables; "
+                         "compare runs target suites, e.g. 'targets'")
+    scenarios = _selected(suite, args.only)
+    targets, missing = [], []
+    for name in args.targets:
+        try:
+            targets.append(get_target(name))
+        except (TargetUnavailable, ImportError) as exc:
+            missing.append((name, str(exc)))
+    if missing and (not args.skip_missing or not targets):
+        raise UsageError(f"not installed: {'; '.join(why for _, why in missing)} "
+                         "(install them, or pass --skip-missing to run the others)")
+    seeds = [suite.seed + k for k in range(args.seeds)]
+    sys.stderr.write(f"chaos compare {suite.name}: targets {', '.join(t.name for t in targets)}"
+                     f"{'; skipped ' + ', '.join(n for n, _ in missing) if missing else ''}; "
+                     f"seeds {seeds}; out {args.out}\n")
+    results = compare(suite.name, scenarios, targets, seeds, args.out, missing, stderr_progress)
+    write_stdout(summary(results) + f"wrote {args.out / 'compare.md'}, "
+                 f"{args.out / 'compare.json'} and a junit-NAME.xml per target\n")
+    return 0
+
+
+def _selected(suite: Any, only: str | None) -> list[Any]:
+    _check_selection([s.name for s in suite.target_scenarios], only, suite.name)
+    return [s for s in suite.target_scenarios if only is None or re.search(only, s.name)]
 
 
 def _check_selection(names: list[str], only: str | None, suite_name: str) -> None:

@@ -10,6 +10,9 @@
                                  fault that never fires is an "unfired" violation
     [[recovery]]                 a model-generation scenario under a recovery policy
                                  (chaos.recovery: fault, rank, steps, policy, tp, pp, ...)
+    [[target_scenario]]          one fault applied from outside to any chaos target's
+                                 driver and workers (chaos.targets.scenario; defaults for
+                                 its workload in [suite.spec]); run by TargetRun
 
 Built-in suites live beside this module (``chaos/suites/*.toml``); ``load_suite`` takes a
 name or a path.  Every error names the file and the key, e.g.
@@ -29,12 +32,13 @@ from chaos.faults import Fault, PlanError, fault_from_dict
 from chaos.outcomes import Outcome
 from chaos.plan import FaultPlan, check_ranks
 from chaos.recovery import RecoveryScenario
+from chaos.targets.scenario import TargetScenario, TargetScenarioError
 from chaos.workloads import BUILTIN, CallSpec, Workload, rpc_sequence
 from executor import ExecutorConfig
 
 SUITE_DIR = Path(__file__).with_name("suites")
 _SCENARIO_KEYS = {"name", "workload", "calls", "config", "faults", "expect", "description"}
-_SUITE_KEYS = {"name", "description", "seed", "config"}
+_SUITE_KEYS = {"name", "description", "seed", "config", "spec"}
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(ExecutorConfig)}
 
 
@@ -117,6 +121,7 @@ class Suite:
     description: str
     scenarios: tuple[Scenario, ...]
     recovery: tuple[RecoveryScenario, ...] = ()
+    target_scenarios: tuple[TargetScenario, ...] = ()
 
 
 def suite_path(name_or_path: str) -> Path:
@@ -147,7 +152,7 @@ def load_suite(name_or_path: str) -> Suite:
 
 
 def _suite(data: dict[str, Any], path: Path) -> Suite:
-    _no_unknown(data, {"suite", "scenario", "recovery"}, "")
+    _no_unknown(data, {"suite", "scenario", "recovery", "target_scenario"}, "")
     head = data.get("suite", {})
     _no_unknown(head, _SUITE_KEYS, "suite")
     seed = head.get("seed", 0)
@@ -157,15 +162,26 @@ def _suite(data: dict[str, Any], path: Path) -> Suite:
     scenarios = _list(data, "scenario", "")
     recovery = tuple(RecoveryScenario.from_dict(r, f"recovery[{i}]")
                      for i, r in enumerate(_list(data, "recovery", "")))
-    if not scenarios and not recovery:
-        raise PlanError("scenario: the suite has no [[scenario]] or [[recovery]] tables")
+    targeted = _target_scenarios(data, head)
+    if not scenarios and not recovery and not targeted:
+        raise PlanError("scenario: the suite has no [[scenario]], [[recovery]] or "
+                        "[[target_scenario]] tables")
     built = tuple(Scenario.from_dict(s, f"scenario[{i}]", defaults) for i, s in enumerate(scenarios))
-    names = [s.name for s in built] + [r.name for r in recovery]
+    names = [s.name for s in built] + [r.name for r in recovery] + [t.name for t in targeted]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise PlanError(f"scenario.name: duplicate scenario names {dupes}")
     return Suite(head.get("name", path.stem), path, seed, head.get("description", ""), built,
-                 recovery)
+                 recovery, targeted)
+
+
+def _target_scenarios(data: dict[str, Any], head: dict[str, Any]) -> tuple[TargetScenario, ...]:
+    spec = head.get("spec", {})
+    try:
+        return tuple(TargetScenario.from_dict(t, f"target_scenario[{i}]", spec)
+                     for i, t in enumerate(_list(data, "target_scenario", "")))
+    except TargetScenarioError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _no_unknown(data: Any, known: set[str], where: str) -> None:

@@ -7,6 +7,8 @@
       launch(spec, out_dir)     the driver subprocess to start: argv, env, cwd
       temp_globs                temp files it is known to leave (checked as leftovers)
       start_timeout_s           how long its start-up may take (vLLM: minutes)
+      shutdown_timeout_s        how long its driver may take to exit after ``done``
+      expected_values(spec)     each call's fault-free value, when the spec alone gives it
 
 The driver subprocess runs the target's executor and ``spec``'s workload and reports in the
 driver protocol (chaos/targets/protocol.py).  Faults are applied from outside by the
@@ -68,6 +70,9 @@ class Target(abc.ABC):
     applies: ClassVar[frozenset[str]]
     temp_globs: ClassVar[tuple[str, ...]] = ()
     start_timeout_s: ClassVar[float] = 60.0
+    # How long its driver may take to exit after ``done`` (+ the spec's linger_s) before the
+    # observer calls it a hang at shutdown.
+    shutdown_timeout_s: ClassVar[float] = 15.0
 
     @abc.abstractmethod
     def unavailable(self) -> str | None:
@@ -76,6 +81,12 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def launch(self, spec: WorkloadSpec, out_dir: str) -> Launch:
         """The driver subprocess that runs ``spec`` on this target."""
+
+    def expected_values(self, spec: WorkloadSpec) -> dict[int, Any] | None:
+        """Each call's fault-free value (as ``protocol.digest`` gives it), by call id, when
+        it can be computed from ``spec`` alone; None (the default): the oracles compare with
+        a fault-free run of the same spec instead (chaos.targets.oracles.reference_values)."""
+        return None
 
 
 def get_target(name: str) -> Target:

@@ -14,7 +14,10 @@ One JSON object per line on the driver's stdout, flushed at once; every event ca
 its own fault times).  A process entry is ``{"role": ..., "rank": int | None, "pid": int}``;
 roles are free strings, by convention ``driver``, ``engine_core``, ``worker``, ``helper``.
 Values are reduced to JSON (``digest``): lists of ints stay as they are (token ids), anything
-else becomes its repr, cut to 200 characters.
+else becomes its repr, cut to 200 characters.  A driver whose workload is a unit of work per
+rank may use ``call_value(call_id, rank)`` as each rank's result: a pure function, so the
+observer knows every fault-free value without a reference run.  After ``done`` a driver
+sleeps the spec's ``linger_s`` (if any) before shutting its executor down.
 
 This module is imported by driver scripts that run in another environment (the vLLM
 target's own venv), so it uses the standard library only and imports nothing of faultlab.
@@ -88,6 +91,11 @@ def _message(exc: BaseException) -> str:
     if cause is not None and not text:
         return _message(cause)
     return text[:2000]
+
+
+def call_value(call_id: int, rank: int) -> int:
+    """What rank ``rank`` returns for call ``call_id`` in the unit-of-work workloads."""
+    return (call_id * 1_000_003 + rank * 7_919 + 17) % 1_000_000_007
 
 
 def parse(line: str) -> dict[str, Any] | None:

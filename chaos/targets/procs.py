@@ -1,0 +1,232 @@
+"""A target's processes and shared memory, seen from outside (psutil and /proc only).
+
+    ProcessTree(driver pid)
+      name(ready procs)        role and rank as the target reported them
+      discover()               psutil descendants of the driver not named: role "helper"
+      discover_session()       anything else still in the driver's session (it escaped the tree)
+      poll_exits(now)          the first moment each process was seen gone (or a zombie)
+      statuses()               psutil status of each, for a hang's report
+      kill_all()               SIGKILL (and SIGCONT) every live one: nothing outlives a run
+    held_shm(pids)             /dev/shm names the processes map or hold open
+    shared_segments(pids)      shared writable mappings of /dev/shm files and memfds
+    damage(segment, data)      overwrite bytes of one through /proc/PID/mem
+
+Invariants: a process is known by pid *and* create time (psutil.Process), so a recycled pid
+is never signalled; the driver's session (it starts with ``start_new_session``) is the
+fence: a process the driver started stays in it unless it left on purpose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from typing import Any
+
+import psutil
+
+SHM_DIR = "/dev/shm"
+
+
+@dataclasses.dataclass
+class Proc:
+    role: str
+    rank: int | None
+    pid: int
+    handle: psutil.Process | None
+    exit_ns: int | None = None
+
+    def state(self) -> str:
+        """psutil's status, or "gone"."""
+        if self.handle is None:
+            return "gone"
+        try:
+            return str(self.handle.status()) if self.handle.is_running() else "gone"
+        except psutil.Error:
+            return "gone"
+
+    def alive(self) -> bool:
+        return self.state() not in ("gone", psutil.STATUS_ZOMBIE)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "rank": self.rank, "pid": self.pid, "exit_ns": self.exit_ns}
+
+
+def _handle(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+class ProcessTree:
+    """Every process of one target run, by role and rank."""
+
+    def __init__(self, driver_pid: int) -> None:
+        self.driver_pid = driver_pid
+        self.procs: dict[int, Proc] = {driver_pid: Proc("driver", None, driver_pid, _handle(driver_pid))}
+
+    def name(self, entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            pid = entry.get("pid")
+            if not isinstance(pid, int):
+                continue
+            rank = entry.get("rank")
+            known = self.procs.get(pid)
+            if known is not None:
+                known.role, known.rank = str(entry.get("role", known.role)), rank
+            else:
+                self.procs[pid] = Proc(str(entry.get("role", "helper")), rank, pid, _handle(pid))
+
+    def find(self, role: str, rank: int | None) -> Proc | None:
+        return next((p for p in self.procs.values() if p.role == role and
+                     (rank is None or p.rank == rank)), None)
+
+    def discover(self) -> None:
+        driver = self.procs[self.driver_pid].handle
+        try:
+            children = driver.children(recursive=True) if driver is not None else []
+        except psutil.Error:
+            return
+        for child in children:
+            if child.pid not in self.procs:
+                self.procs[child.pid] = Proc("helper", None, child.pid, child)
+
+    def discover_session(self) -> None:
+        """Processes still in the driver's session that ``discover`` never saw."""
+        for proc in psutil.process_iter():
+            if proc.pid in self.procs:
+                continue
+            try:
+                if os.getsid(proc.pid) == self.driver_pid:
+                    self.procs[proc.pid] = Proc("helper", None, proc.pid, proc)
+            except OSError:
+                continue
+
+    def poll_exits(self, now_ns: int) -> None:
+        for proc in self.procs.values():
+            if proc.exit_ns is None and not proc.alive():
+                proc.exit_ns = now_ns
+
+    def others(self) -> list[Proc]:
+        return [p for p in self.procs.values() if p.pid != self.driver_pid]
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.exit_ns is None]
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [{"role": p.role, "rank": p.rank, "pid": p.pid, "status": p.state()}
+                for p in self.procs.values()]
+
+    def kill_all(self) -> list[int]:
+        killed = []
+        for proc in self.procs.values():
+            if proc.handle is not None and proc.alive():
+                try:
+                    proc.handle.send_signal(signal.SIGKILL)
+                    killed.append(proc.pid)
+                except psutil.Error:
+                    continue
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(self.procs[p].alive() for p in killed):
+            time.sleep(0.01)
+        return killed
+
+
+# ---------------------------------------------------------------- shared memory
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    name: str  # "/dev/shm/NAME" or "memfd:NAME", without " (deleted)"
+    pid: int  # a process that maps it
+    start: int
+    end: int
+    deleted: bool
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "pid": self.pid, "size": self.size, "deleted": self.deleted}
+
+
+def shm_names() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def held_shm(pids: list[int]) -> set[str]:
+    """The /dev/shm names these processes map or hold open (what may be charged to them)."""
+    names: set[str] = set()
+    for pid in pids:
+        for segment in _maps(pid):
+            if segment.name.startswith(SHM_DIR + "/"):
+                names.add(segment.name[len(SHM_DIR) + 1:])
+        names |= _fd_shm(pid)
+    return names
+
+
+def _fd_shm(pid: int) -> set[str]:
+    names: set[str] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return names
+    for fd in fds:
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if path.startswith(SHM_DIR + "/") and not path.endswith(" (deleted)"):
+            names.add(path[len(SHM_DIR) + 1:])
+    return names
+
+
+def shared_segments(pids: list[int]) -> list[Segment]:
+    """Writable shared mappings of /dev/shm files and memfds, one per name, in the order
+    the processes map them (names may be random: the order of creation is what repeats)."""
+    found: dict[str, Segment] = {}
+    for pid in pids:
+        for segment in _maps(pid, writable_shared=True):
+            found.setdefault(segment.name, segment)
+    return list(found.values())
+
+
+def _maps(pid: int, writable_shared: bool = False) -> list[Segment]:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6:
+            continue
+        addresses, perms, path = parts[0], parts[1], parts[5]
+        deleted = path.endswith(" (deleted)")
+        path = path.removesuffix(" (deleted)")
+        if path.startswith("/memfd:"):
+            path = path[1:]
+        elif not path.startswith(SHM_DIR + "/"):
+            continue
+        if writable_shared and not (perms[1] == "w" and perms[3] == "s"):
+            continue
+        start, end = (int(a, 16) for a in addresses.split("-"))
+        out.append(Segment(path, pid, start, end, deleted))
+    return out
+
+
+def damage(segment: Segment, data: bytes, offset: int = 0) -> int:
+    """Write ``data`` at ``offset`` into the mapping through /proc/PID/mem; bytes written."""
+    data = data[:max(0, segment.size - offset)]
+    fd = os.open(f"/proc/{segment.pid}/mem", os.O_RDWR)
+    try:
+        return os.pwrite(fd, data, segment.start + offset)
+    finally:
+        os.close(fd)

@@ -1,0 +1,460 @@
+"""TargetRun: start a target's driver, watch it from outside, apply one fault, record it all.
+
+    TargetRun(target, scenario, seed, out).run() ──► TargetRecord (out/record.json)
+      1. launch    the driver (Launch argv/env/cwd) in its own session, stdout a pipe of
+                   protocol events (read with poll, never select), stderr to out/driver.log
+      2. ready     the process tree by role and rank, plus the driver's psutil descendants
+      3. observe   each event; each process's exit time; the fault at its seeded moment
+                   (after ready, the k-th invoke, or ``done``); SIGCONT a stopped process
+                   after the bound; a call in flight past the bound is a hang (snapshot of
+                   every process's psutil status), and the driver is ended a bound later
+      4. finish    the driver's end; a bound for the rest to go; what is still alive
+                   (orphans, by role); new /dev/shm names the tree held and new temp files
+                   (leftovers); then every remaining process is SIGKILLed and the
+                   leftover segments unlinked, so a run leaves nothing behind
+
+Times are ``time.time_ns()`` (the driver's events use the same clock).  The observer never
+imports the target: it sees only the protocol, /proc and psutil.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import glob
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from chaos.targets import procs
+from chaos.targets.base import Target
+from chaos.targets.protocol import parse
+from chaos.targets.scenario import TargetScenario
+
+_TICK_S = 0.02
+_SCAN_EVERY_S = 0.2
+_SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "stop": signal.SIGSTOP}
+
+
+@dataclasses.dataclass
+class TargetRecord:
+    """Everything one run showed, in JSON-able fields (see ``to_json``)."""
+
+    target: str
+    scenario: str
+    seed: int
+    fault_kind: str
+    spec: dict[str, Any]
+    applicable: bool = True
+    note: str = ""
+    started: bool = False
+    ready_ns: int | None = None
+    done_ns: int | None = None
+    procs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    fault: dict[str, Any] | None = None
+    calls: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    stuck: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    driver_end_ns: int | None = None
+    driver_returncode: int | None = None
+    ended_by: str | None = None  # "fault" (kill_driver), "hang", "deadline", "start" or None
+    orphans: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    leftovers: list[str] = dataclasses.field(default_factory=list)
+    stderr_tail: str = ""
+    wall_s: float = 0.0
+    bounds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def fault_ns(self) -> int | None:
+        return None if self.fault is None else self.fault.get("time_ns")
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["calls"] = {str(k): v for k, v in sorted(self.calls.items())}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TargetRecord:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        record = cls(**{k: v for k, v in data.items() if k in fields})
+        record.calls = {int(k): v for k, v in data.get("calls", {}).items()}
+        return record
+
+
+class EventReader:
+    """Protocol events from the driver's stdout: a non-blocking fd, waited on with poll."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd, self._buf, self.eof = fd, b"", False
+        self._poller = select.poll()  # never select(): a target may hold fds past 1,024
+        self._poller.register(fd, select.POLLIN | select.POLLHUP)
+
+    def read(self, timeout_s: float) -> list[dict[str, Any]]:
+        if self.eof:
+            time.sleep(max(0.0, timeout_s))
+            return []
+        if not self._poller.poll(max(0, int(timeout_s * 1000))):
+            return []
+        try:
+            data = os.read(self._fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        if not data:
+            self.eof = True
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        events = []
+        for line in lines:
+            event = parse(line.decode("utf-8", "replace"))
+            if event is not None:
+                event["rt"] = time.time_ns()  # when the observer read it
+                events.append(event)
+        return events
+
+
+class TargetRun:
+    def __init__(self, target: Target, scenario: TargetScenario, seed: int, out: Path) -> None:
+        self.target, self.scenario, self.seed, self.out = target, scenario, seed, Path(out)
+        self.spec = scenario.workload_spec(seed)
+        self.record = TargetRecord(target.name, scenario.name, seed, scenario.fault,
+                                   self.spec.to_json(), bounds={
+                                       "bound_s": scenario.bound_s, "detect_s": scenario.detect_s,
+                                       "exit_s": scenario.exit_s})
+        self._child: subprocess.Popen[bytes] | None = None
+        self._tree: procs.ProcessTree | None = None
+        self._due: float | None = None  # monotonic time of the fault, once its trigger came
+        self._invokes = 0
+        self._stopped: procs.Proc | None = None  # SIGSTOPped, waiting for its SIGCONT
+        self._fault_mono: float | None = None
+        self._invoked_at: dict[int, float] = {}
+        self._hang_since: float | None = None
+        self._done_mono: float | None = None
+        self._held: set[str] = set()
+        self._last_scan = 0.0
+
+    # ------------------------------------------------------------ the run
+
+    def run(self) -> TargetRecord:
+        t0 = time.monotonic()
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.scenario.fault not in self.target.applies:
+            self._not_applicable(f"{self.scenario.fault} does not apply to {self.target.name}")
+        else:
+            with _sigterm_unwinds():
+                self._launch_and_observe()
+        self.record.wall_s = time.monotonic() - t0
+        (self.out / "record.json").write_text(json.dumps(self.record.to_json(), indent=1,
+                                                         default=repr))
+        return self.record
+
+    def _not_applicable(self, why: str) -> None:
+        self.record.applicable, self.record.note = False, why
+
+    def _launch_and_observe(self) -> None:
+        shm_before, tmp_before = procs.shm_names(), self._temp_files()
+        launch = self.target.launch(self.spec, str(self.out))
+        with open(self.out / "driver.log", "wb") as log:
+            self._child = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=log, start_new_session=True)
+        self._tree = procs.ProcessTree(self._child.pid)
+        assert self._child.stdout is not None
+        try:
+            reader = EventReader(self._child.stdout.fileno())
+            if self._wait_ready(reader):
+                self._observe(reader)
+        finally:
+            self._finish(shm_before, tmp_before)
+            self._child.stdout.close()
+
+    def _wait_ready(self, reader: EventReader) -> bool:
+        assert self._child is not None
+        deadline = time.monotonic() + self.target.start_timeout_s
+        while time.monotonic() < deadline:
+            for event in reader.read(_TICK_S * 5):
+                if event["ev"] == "ready":
+                    self._on_ready(event)
+                    return True
+            if self._child.poll() is not None:
+                self._driver_ended()
+                return False
+        self._end_driver("start")
+        return False
+
+    def _on_ready(self, event: dict[str, Any]) -> None:
+        assert self._tree is not None
+        self.record.started, self.record.ready_ns = True, event["t"]
+        self._tree.name(event.get("procs", []))
+        self._tree.discover()
+        if self.scenario.after_invoke is None and self.scenario.busy:
+            self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+
+    def _observe(self, reader: EventReader) -> None:
+        assert self._child is not None and self._tree is not None
+        deadline = time.monotonic() + self._run_limit_s()
+        while True:
+            now = time.monotonic()
+            wait = _TICK_S if self._due is None else min(_TICK_S, max(0.0, self._due - now))
+            for event in reader.read(wait):
+                self._on_event(event)
+            self._tree.poll_exits(time.time_ns())
+            self._scan()
+            self._fire_due()
+            self._resume_after_bound()
+            if self._child.poll() is not None:
+                self._drain(reader)
+                self._driver_ended()
+                return
+            if self._check_hang() or time.monotonic() > deadline:
+                self._end_driver("hang" if self.record.stuck else "deadline")
+                return
+
+    def _run_limit_s(self) -> float:
+        s = self.scenario
+        return (self.spec.calls * (self.spec.call_s + 0.5) + self.spec.linger_s
+                + 3 * s.bound_s + 30.0)
+
+    def _drain(self, reader: EventReader) -> None:
+        while not reader.eof:
+            events = reader.read(0.05)
+            if not events and not reader.eof:
+                break
+            for event in events:
+                self._on_event(event)
+
+    # ------------------------------------------------------------ events
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind, call_id = event["ev"], event.get("id")
+        if kind == "invoke" and isinstance(call_id, int):
+            self.record.calls[call_id] = {"what": event.get("what"), "invoke_ns": event["t"],
+                                          "end_ns": None, "outcome": "pending"}
+            self._invoked_at[call_id] = time.monotonic()
+            self._invokes += 1
+            if self.scenario.after_invoke == self._invokes and self._due is None:
+                self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+        elif kind in ("ok", "fail") and isinstance(call_id, int):
+            call = self.record.calls.setdefault(call_id, {"invoke_ns": None})
+            call.update(end_ns=event["t"], outcome=kind)
+            call.update({"value": event.get("value")} if kind == "ok" else
+                        {"type": event.get("type"), "message": event.get("message")})
+            self._invoked_at.pop(call_id, None)
+        elif kind == "error":
+            self.record.errors.append({k: event.get(k) for k in ("type", "message", "t")})
+        elif kind == "done":
+            self.record.done_ns, self._done_mono = event["t"], time.monotonic()
+            if self.scenario.fault == "kill_driver" and not self.scenario.busy:
+                self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+
+    def _scan(self) -> None:
+        """Now and then: new descendants, and the /dev/shm names the tree holds."""
+        assert self._tree is not None
+        if time.monotonic() - self._last_scan < _SCAN_EVERY_S:
+            return
+        self._last_scan = time.monotonic()
+        self._tree.discover()
+        self._held |= procs.held_shm(self._tree.pids())
+
+    # ------------------------------------------------------------ the fault
+
+    def _fire_due(self) -> None:
+        if self._due is None or time.monotonic() < self._due or self.record.fault is not None:
+            return
+        self._due = None
+        self._tree.discover()  # type: ignore[union-attr]
+        kind = self.scenario.fault
+        if kind == "none":
+            self.record.fault = {"kind": "none", "time_ns": None}
+        elif kind in _SIGNALS:
+            self._signal(kind)
+        elif kind == "kill_driver":
+            self._kill_driver()
+        elif kind == "damage_shm":
+            self._damage_shm()
+        if self.record.fault is not None and self.record.fault.get("time_ns"):
+            self._fault_mono = time.monotonic()
+
+    def _signal(self, kind: str) -> None:
+        assert self._tree is not None
+        s = self.scenario
+        proc = self._tree.find(s.role, s.rank)
+        if proc is None or proc.handle is None:
+            self._not_applicable(f"the target named no {s.role} rank {s.rank} in ready")
+            return
+        self.record.fault = {"kind": kind, "role": proc.role, "rank": proc.rank, "pid": proc.pid,
+                             "signal": _SIGNALS[kind].name, "time_ns": time.time_ns()}
+        try:
+            proc.handle.send_signal(_SIGNALS[kind])
+        except Exception as exc:  # noqa: BLE001 - a process already gone: say so, go on
+            self.record.fault["error"] = f"{type(exc).__name__}: {exc}"
+            return
+        if kind == "stop":
+            self._stopped = proc
+
+    def _kill_driver(self) -> None:
+        assert self._child is not None
+        idle = "idle" if self.record.done_ns is not None else "busy"
+        self.record.fault = {"kind": "kill_driver", "role": "driver", "rank": None,
+                             "pid": self._child.pid, "signal": "SIGKILL", "workers": idle,
+                             "time_ns": time.time_ns()}
+        self._child.send_signal(signal.SIGKILL)
+        self.record.ended_by = "fault"
+
+    def _damage_shm(self) -> None:
+        assert self._tree is not None
+        segments = procs.shared_segments(self._tree.pids())
+        if not segments:
+            self._not_applicable("no /dev/shm or memfd mapping found in the target's processes")
+            return
+        rng = self.scenario.rng(self.seed)
+        segment = rng.choice(segments)
+        data = rng.randbytes(min(self.scenario.damage_bytes, segment.size))
+        self.record.fault = {"kind": "damage_shm", "segment": segment.to_json(),
+                             "segments": [s.name for s in segments], "role": None, "rank": None,
+                             "pid": segment.pid, "time_ns": time.time_ns()}
+        try:
+            self.record.fault["bytes"] = procs.damage(segment, data)
+        except OSError as exc:
+            self.record.fault["error"] = f"{type(exc).__name__}: {exc}"
+
+    def _resume_after_bound(self, now_anyway: bool = False) -> None:
+        if self._stopped is None or self._fault_mono is None:
+            return
+        if not now_anyway and time.monotonic() < self._fault_mono + self.scenario.bound_s:
+            return
+        fault = self.record.fault or {}
+        seen = [e for e in self._caller_events() if e >= fault.get("time_ns", 0)]
+        fault["within_bound"] = "failed" if seen else "hang"
+        try:
+            self._stopped.handle.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
+        fault["resumed_ns"] = time.time_ns()
+        self._stopped = None
+
+    def _caller_events(self) -> list[int]:
+        return [e["t"] for e in self.record.errors] + [
+            c["end_ns"] for c in self.record.calls.values() if c.get("outcome") == "fail"]
+
+    # ------------------------------------------------------------ hangs
+
+    def _check_hang(self) -> bool:
+        """A call in flight past the bound (or a driver not exiting a bound after ``done``)
+        is recorded with every process's status; True once it has had a second bound."""
+        now, bound = time.monotonic(), self.scenario.bound_s
+        late = sorted(i for i, t in self._invoked_at.items() if now - t > bound)
+        if self._done_mono is not None:
+            exit_by = (self._done_mono + self.spec.linger_s
+                       + max(bound, self.target.shutdown_timeout_s))
+            if now > exit_by and self.record.ended_by is None:
+                late = late or [-1]
+        if not late:
+            self._hang_since = None  # a stopped worker resumed: the calls went on
+            return False
+        if self._hang_since is None:
+            self._hang_since = now
+            what = (f"call(s) {late} still in flight {bound:g} s after their invoke"
+                    if late != [-1] else
+                    f"the driver had not exited {max(bound, self.target.shutdown_timeout_s):g}"
+                    " s after done (+ its linger)")
+            self.record.stuck.append({"what": what, "calls": [i for i in late if i >= 0],
+                                      "bound_s": bound, "time_ns": time.time_ns(),
+                                      "procs": self._tree.statuses()})  # type: ignore[union-attr]
+        return now - self._hang_since > bound
+
+    # ------------------------------------------------------------ the end
+
+    def _end_driver(self, why: str) -> None:
+        assert self._child is not None
+        if self._child.poll() is None:
+            self._child.send_signal(signal.SIGKILL)
+            self.record.ended_by = self.record.ended_by or why
+        self._child.wait()
+        self._driver_ended()
+
+    def _driver_ended(self) -> None:
+        assert self._child is not None
+        self._child.wait()
+        if self.record.driver_end_ns is None:
+            self.record.driver_end_ns = time.time_ns()
+            self.record.driver_returncode = self._child.returncode
+
+    def _finish(self, shm_before: set[str], tmp_before: set[str]) -> None:
+        assert self._child is not None and self._tree is not None
+        self._resume_after_bound(now_anyway=True)  # a stopped process cannot exit by itself
+        if self._child.poll() is None:
+            self._end_driver(self.record.ended_by or "deadline")
+        self._driver_ended()
+        tree = self._tree
+        tree.poll_exits(self.record.driver_end_ns or time.time_ns())
+        tree.discover_session()
+        deadline = time.monotonic() + self.scenario.exit_s
+        while time.monotonic() < deadline and any(p.alive() for p in tree.others()):
+            time.sleep(_TICK_S)
+            tree.poll_exits(time.time_ns())
+        self.record.orphans = [{"role": p.role, "rank": p.rank, "pid": p.pid, "status": p.state()}
+                               for p in tree.others() if p.alive()]
+        self._held |= procs.held_shm([p.pid for p in tree.others() if p.alive()])
+        tree.kill_all()
+        tree.poll_exits(time.time_ns())
+        self.record.procs = [p.to_json() for p in tree.procs.values()]
+        self.record.leftovers = self._leftovers(shm_before, tmp_before)
+        self.record.stderr_tail = _tail(self.out / "driver.log")
+
+    def _leftovers(self, shm_before: set[str], tmp_before: set[str]) -> list[str]:
+        """New /dev/shm names the tree held (or that carry one of its pids: faultlab's own),
+        and new files matching the target's temp_globs.  Another program's new segments on a
+        shared machine are not the target's; the target's are unlinked once recorded."""
+        assert self._tree is not None
+        pids = {str(p) for p in self._tree.procs}
+        left = []
+        for name in sorted(procs.shm_names() - shm_before):
+            if name in self._held or any(f"_{pid}_" in name for pid in pids):
+                left.append(f"{procs.SHM_DIR}/{name}")
+                _unlink(f"{procs.SHM_DIR}/{name}")
+        return left + sorted(self._temp_files() - tmp_before)
+
+    def _temp_files(self) -> set[str]:
+        return {path for pattern in self.target.temp_globs for path in glob.glob(pattern)}
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM to the observer raises SystemExit, so that ``_finish`` still kills the target's
+    processes (its own session would outlive us) before the observer goes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode("utf-8", "replace")

@@ -22,7 +22,14 @@ import pytest
 from exec_helpers import exit_in_rank, sleep_in_flight
 from reaper_helpers import REAPERS, open_fds, sigchld, stranger_at, wait_pid_free, warm_up
 
-from executor import ExecutorConfig, ExecutorFailedError, MultiprocExecutor, exits, failpoints
+from executor import (
+    ExecutorConfig,
+    ExecutorFailedError,
+    MultiprocExecutor,
+    WorkerStartupError,
+    exits,
+    failpoints,
+)
 from executor.protocol import EXIT_CAUSES
 
 CAUSE_PHRASES = tuple(EXIT_CAUSES.values())
@@ -78,6 +85,20 @@ def test_an_executor_started_under_an_outside_reaper_serves_and_stops(start_meth
         finally:
             wall, cpu = _timed_shutdown(ex)
     _assert_stopped_cleanly(ex, fds_before, wall, cpu, caplog)
+
+
+@pytest.mark.parametrize("mode", REAPERS)
+def test_a_startup_failure_under_an_outside_reaper_is_named_and_cleaned_up(start_method, mode) -> None:  # type: ignore[no-untyped-def]
+    warm_up(start_method)
+    fds_before = open_fds()
+    start = time.monotonic()
+    with sigchld(mode), pytest.raises(WorkerStartupError) as info:
+        _start(start_method, worker="exec_helpers:ExitOnStartWorker")
+    assert time.monotonic() - start < 10
+    message = str(info.value)
+    assert "worker rank 1" in message and "before reporting READY" in message, message
+    assert "exited with code 9" in message or "reaped by another handler" in message, message
+    assert open_fds() - fds_before == set(), "descriptors left open after a failed start"
 
 
 # ---------------------------------------------------------------- a death, named

@@ -32,7 +32,7 @@ def _cfg(start_method: str = "fork") -> ExecutorConfig:
 
 
 @pytest.fixture(autouse=True)
-def sigchld_restored():  # type: ignore[no-untyped-def]
+def sigchld_restored():
     before = signal.getsignal(signal.SIGCHLD)
     yield
     assert signal.getsignal(signal.SIGCHLD) == before

@@ -61,7 +61,7 @@ def _assert_stopped_cleanly(ex: MultiprocExecutor, fds_before: set[int], wall: f
 # ---------------------------------------------------------------- shutdown
 
 @pytest.mark.parametrize("mode", REAPERS)
-def test_shutdown_is_fast_when_sigchld_is_ignored_or_reaped(start_method, mode, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_shutdown_is_fast_when_sigchld_is_ignored_or_reaped(start_method, mode, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="executor")
     warm_up(start_method)
     fds_before = open_fds()
@@ -73,7 +73,7 @@ def test_shutdown_is_fast_when_sigchld_is_ignored_or_reaped(start_method, mode, 
 
 
 @pytest.mark.parametrize("mode", REAPERS)
-def test_an_executor_started_under_an_outside_reaper_serves_and_stops(start_method, mode, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_an_executor_started_under_an_outside_reaper_serves_and_stops(start_method, mode, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="executor")
     warm_up(start_method)
     fds_before = open_fds()
@@ -88,7 +88,7 @@ def test_an_executor_started_under_an_outside_reaper_serves_and_stops(start_meth
 
 
 @pytest.mark.parametrize("mode", REAPERS)
-def test_a_startup_failure_under_an_outside_reaper_is_named_and_cleaned_up(start_method, mode) -> None:  # type: ignore[no-untyped-def]
+def test_a_startup_failure_under_an_outside_reaper_is_named_and_cleaned_up(start_method, mode) -> None:
     warm_up(start_method)
     fds_before = open_fds()
     start = time.monotonic()
@@ -104,7 +104,7 @@ def test_a_startup_failure_under_an_outside_reaper_is_named_and_cleaned_up(start
 # ---------------------------------------------------------------- a death, named
 
 @pytest.mark.parametrize("mode", REAPERS)
-def test_worker_death_named_when_an_outside_handler_reaps(start_method, mode, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_worker_death_named_when_an_outside_handler_reaps(start_method, mode, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="executor")
     warm_up(start_method)
     fds_before = open_fds()
@@ -210,7 +210,7 @@ def test_signals_go_through_the_pidfd_never_to_a_reused_pid() -> None:
 @pytest.mark.parametrize("code", [3, 4, 5], ids=["code_3_is_not_called_a_startup_failure",
                                                  "code_4_is_not_called_queue_damage",
                                                  "code_5_is_not_called_driver_death"])
-def test_user_exit_code(make_executor, code: int) -> None:  # type: ignore[no-untyped-def]
+def test_user_exit_code(make_executor, code: int) -> None:
     ex = make_executor()
     with pytest.raises(ExecutorFailedError) as info:
         ex.collective_rpc(exit_in_rank, args=(1, code), timeout=30)

@@ -41,7 +41,7 @@ SYMPTOM = r"still running|had not returned|did not run within|are alive|still un
 
 
 @pytest.fixture(autouse=True)
-def sigchld_restored():  # type: ignore[no-untyped-def]
+def sigchld_restored():
     before = signal.getsignal(signal.SIGCHLD)
     yield
     assert signal.getsignal(signal.SIGCHLD) == before, "the machine left SIGCHLD changed"

@@ -2,7 +2,8 @@
 
     ExecutorError (RuntimeError)
     ├── ExecutorFailedError      the executor is dead: a worker exited, the queue lost sync, or it shut down
-    │   └── ForeignProcessError  used from a forked child of the process that created it
+    │   ├── ForeignProcessError  used from a forked child of the process that created it
+    │   └── RestartAborted       shutdown() won over a restart in progress
     ├── WorkerError              a worker method raised; the worker keeps serving
     │   └── CorruptMessageError  a message failed its checksum; it was skipped, the queue is still in sync
     ├── WorkerStartupError       a worker failed before READY; carries the worker's own traceback
@@ -74,6 +75,10 @@ class ExecutorFailedError(ExecutorError):
 
 def _rebuild_failed(cls: type[ExecutorFailedError], message: str, fields: dict) -> ExecutorFailedError:
     return cls(message, **fields)
+
+
+class RestartAborted(ExecutorFailedError):
+    """``shutdown()`` was called while a restart was starting workers."""
 
 
 class ForeignProcessError(ExecutorFailedError):

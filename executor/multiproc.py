@@ -48,6 +48,7 @@ from executor.errors import (
     ForeignProcessError,
     QueueCorruptedError,
     RequestPicklingError,
+    RestartAborted,
     describe,
 )
 from executor.fd_room import ensure_fd_room
@@ -88,7 +89,7 @@ class MultiprocExecutor:
         # failure; incarnation counts them (0 = the first), restarts_used against the budget.
         self.incarnation = 0
         self.restarts_used = 0
-        self._restart_lock = threading.Lock()  # one restart at a time; shutdown() waits for it
+        self.restart_lock = threading.Lock()  # one restart at a time; shutdown() waits for it
         self._closed = False  # shutdown() was called: never restart again
         self._state_lock = threading.Lock()
         self._send_lock = self._res.send_lock
@@ -221,7 +222,7 @@ class MultiprocExecutor:
         that none is ever left held (chaos.interrupt_sweep: Ctrl-C at every point)."""
         res = self._res
         locks = {"send_lock": res.send_lock, "reply_lock": res.reply_lock,
-                 "state_lock": self._state_lock, "restart_lock": self._restart_lock,
+                 "state_lock": self._state_lock, "restart_lock": self.restart_lock,
                  "resources.lock": res.lock}
         collector = getattr(self, "_collector", None)
         if collector is not None:
@@ -307,8 +308,8 @@ class MultiprocExecutor:
             return
         self._closed = True
         cfg = self.config  # a restart in progress sees _closed and gives up: wait for it
-        if self._restart_lock.acquire(timeout=cfg.startup_timeout + cfg.shutdown_grace + 10):
-            self._restart_lock.release()
+        if self.restart_lock.acquire(timeout=cfg.startup_timeout + cfg.shutdown_grace + 10):
+            self.restart_lock.release()
         with self._state_lock:
             if self._failure is None:
                 self._failure = ExecutorFailedError("the executor was shut down")
@@ -329,6 +330,70 @@ class MultiprocExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    # ------------------------------------------------------------------ incarnations
+    # The restart protocol: executor/restart.py decides when, how often and by which
+    # deadline; only these methods touch the incarnation's state (failure flags, resources,
+    # finalizer, locks).  Callers hold ``restart_lock``.
+
+    def check_restartable(self) -> None:
+        """Raise ``RestartAborted`` once ``shutdown()`` was called."""
+        if self._closed or (self._failure is not None and not self._failed):
+            raise RestartAborted("the executor was shut down; it cannot restart")
+
+    def fail_for_restart(self, reason: str) -> None:
+        """A hung or healthy incarnation is failed like any other (callbacks run once)."""
+        if self._failure is None:
+            self._fail(ExecutorFailedError(f"restart requested: {reason}; every pending call "
+                                           "failed"), inline=True)
+
+    def wait_for_old_incarnation(self) -> None:
+        """The old incarnation's processes are reaped and its memory and pipes closed."""
+        res = self._res
+        res.shutdown()
+        thread = res.failure_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.config.shutdown_grace + self.config.sigterm_grace + 10)
+
+    def start_incarnation(self, startup_timeout: float) -> None:
+        """Fresh resources, READY from every rank within ``startup_timeout``, then the swap;
+        a failed start shuts its own resources down (nothing leaks) and raises."""
+        old = self._res
+        res = ExecutorResources(self.config)
+        res.send_lock, res.reply_lock = old.send_lock, old.reply_lock
+        self._res = res  # self._failure is still set: callers keep failing at once
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, release, res, self._site)
+        try:
+            self._start(self._wait_policy, startup_timeout)
+            self._go_live(res)
+        except BaseException:
+            res.shutdown()
+            raise
+        self._report_early_death(res)
+
+    def _go_live(self, res: ExecutorResources) -> None:
+        """Swap in the new incarnation; lock order as elsewhere: send, reply, state."""
+        with res.send_lock, res.reply_lock, self._state_lock:
+            if self._closed:
+                raise RestartAborted("the executor was shut down while it restarted")
+            self._send_lock = res.send_lock
+            self._failure, self._failed, self._callbacks_ran = None, False, False
+            self.incarnation += 1
+        if self._rec.enabled:
+            self._rec.event("executor.incarnation", {"faultlab.incarnation": self.incarnation,
+                                                     "faultlab.worker_pids": str(self.worker_pids)})
+
+    def _report_early_death(self, res: ExecutorResources) -> None:
+        """A worker that died before the swap: its monitor's report found us failed.  Its
+        pidfd says so (``h.ended()``), not multiprocessing's exitcode: that stays None
+        forever once another handler reaped the worker (a caller that ignores SIGCHLD)."""
+        for h in res.handles:
+            end = h.ended()
+            if end is not None:
+                self._on_worker_death(h.rank, h.pid, end.code, time.time_ns())
+                raise ExecutorFailedError(f"worker rank {h.rank} of the new incarnation died "
+                                          "during the restart")
 
     # ------------------------------------------------------------------ calls
 

@@ -4,7 +4,7 @@
       ├─ still serving? fail it first: calls in flight get ExecutorFailedError, callbacks run
       ├─ wait for that incarnation's shutdown: processes reaped, rings, pipes, monitor gone
       └─ attempt, while the budget lasts (back-off before each retry):
-           fresh ExecutorResources ─► ex._start(): new rings (memfd), pipes, processes, a new
+           ex.start_incarnation(): fresh resources, new rings (memfd), pipes, processes, a new
            torch.distributed init_method port (nnodes > 1: RESTART to every remote agent),
            READY from every rank
            ├─ start-up fails: that attempt's resources are shut down; it counted; retry
@@ -15,7 +15,10 @@ Invariants:
   only what ``ExecutorResources`` owns is replaced.  The send and reply locks are handed on
   to the new resources, so a caller that picked up the lock before the swap still excludes
   every other writer and reader after it.
-- Until the swap, ``ex._failure`` stays set: every call fails at once, nothing waits on the
+- The executor owns its incarnation's state: this module decides when, how often and by
+  which deadline, and asks through ``check_restartable``, ``fail_for_restart``,
+  ``wait_for_old_incarnation`` and ``start_incarnation`` (executor/multiproc.py).
+- Until the swap, the executor stays failed: every call fails at once, nothing waits on the
   half-started incarnation.  A worker that dies before the swap (its monitor's report is
   swallowed then) is found right after it and fails the new incarnation as usual.
 - Every attempt, successful or not, counts against ``restart_budget``; a start-up is bounded
@@ -36,28 +39,20 @@ Invariants:
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import telemetry
-from executor.errors import ExecutorFailedError, describe
-from executor.remote_site import release
-from executor.resources import ExecutorResources
+from executor.errors import ExecutorFailedError, RestartAborted, describe
 
 if TYPE_CHECKING:
     from executor.multiproc import MultiprocExecutor
 
 
-class RestartAborted(ExecutorFailedError):
-    """``shutdown()`` was called while a restart was starting workers."""
-
-
 def restart_workers(ex: MultiprocExecutor, reason: str) -> None:
     """Fail the current incarnation if needed, then start a new one (see module doc)."""
-    with ex._restart_lock:
-        _check_open(ex)
+    with ex.restart_lock:
+        ex.check_restartable()
         span = _start_span(ex, reason)
         try:
             with telemetry.use_parent(span.context if span is not None else None):
@@ -77,9 +72,9 @@ def _restart_locked(ex: MultiprocExecutor, reason: str) -> None:
     attempt = 0
     deadline = time.monotonic() + cfg.restart_timeout
     while True:
-        _fail_current(ex, reason)
-        _wait_old(ex)
-        _check_open(ex)
+        ex.fail_for_restart(reason)
+        ex.wait_for_old_incarnation()
+        ex.check_restartable()
         if ex.restarts_used >= cfg.restart_budget:
             raise ExecutorFailedError(
                 f"restart budget spent ({ex.restarts_used} of {cfg.restart_budget} restarts "
@@ -96,7 +91,7 @@ def _restart_locked(ex: MultiprocExecutor, reason: str) -> None:
         attempt += 1
         ex.restarts_used += 1
         try:
-            _start_incarnation(ex, left)
+            ex.start_incarnation(left)
             return
         except RestartAborted:
             raise
@@ -114,70 +109,9 @@ def backoff_s(base: float, cap: float, attempt: int) -> float:
     return float(min(base * 2 ** (attempt - 1), cap))
 
 
-def _check_open(ex: MultiprocExecutor) -> None:
-    if ex._closed or (ex._failure is not None and not ex._failed):
-        raise RestartAborted("the executor was shut down; it cannot restart")
-
-
-def _fail_current(ex: MultiprocExecutor, reason: str) -> None:
-    """A hung or healthy incarnation is failed like any other (callbacks run once)."""
-    if ex._failure is None:
-        ex._fail(ExecutorFailedError(f"restart requested: {reason}; every pending call "
-                                     "failed"), inline=True)
-
-
-def _wait_old(ex: MultiprocExecutor) -> None:
-    """The old incarnation's processes are reaped and its memory and pipes closed."""
-    res = ex._res
-    res.shutdown()
-    thread = res.failure_thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(ex.config.shutdown_grace + ex.config.sigterm_grace + 10)
-
-
-def _start_incarnation(ex: MultiprocExecutor, startup_timeout: float) -> None:
-    old = ex._res
-    res = ExecutorResources(ex.config)
-    res.send_lock, res.reply_lock = old.send_lock, old.reply_lock
-    ex._res = res  # ex._failure is still set: callers keep failing at once
-    ex._finalizer.detach()
-    ex._finalizer = weakref.finalize(ex, release, res, ex._site)
-    try:
-        ex._start(ex._wait_policy, startup_timeout)
-        _go_live(ex, res)
-    except BaseException:
-        res.shutdown()
-        raise
-    _report_early_death(ex, res)
-
-
-def _go_live(ex: MultiprocExecutor, res: ExecutorResources) -> None:
-    """Swap in the new incarnation; lock order as elsewhere: send, reply, state."""
-    with res.send_lock, res.reply_lock, ex._state_lock:
-        if ex._closed:
-            raise RestartAborted("the executor was shut down while it restarted")
-        ex._send_lock = res.send_lock
-        ex._failure, ex._failed, ex._callbacks_ran = None, False, False
-        ex.incarnation += 1
-    if ex._rec.enabled:
-        ex._rec.event("executor.incarnation", {"faultlab.incarnation": ex.incarnation,
-                                               "faultlab.worker_pids": str(ex.worker_pids)})
-
-
-def _report_early_death(ex: MultiprocExecutor, res: ExecutorResources) -> None:
-    """A worker that died before the swap: its monitor's report found the executor failed.
-    Its pidfd says so (``h.ended()``), not multiprocessing's exitcode: that stays None forever
-    once another handler reaped the worker (a caller that ignores SIGCHLD)."""
-    for h in res.handles:
-        end = h.ended()
-        if end is not None:
-            ex._on_worker_death(h.rank, h.pid, end.code, time.time_ns())
-            raise ExecutorFailedError(f"worker rank {h.rank} of the new incarnation died "
-                                      "during the restart")
-
-
 def _start_span(ex: MultiprocExecutor, reason: str) -> Any:
-    if not ex._rec.enabled:
+    rec = telemetry.get_recorder()
+    if not rec.enabled:
         return None
-    return ex._rec.start_span("executor.restart", telemetry.caller_parent(), {
+    return rec.start_span("executor.restart", telemetry.caller_parent(), {
         "faultlab.reason": reason, "faultlab.from_incarnation": ex.incarnation})

@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from exec_helpers import exit_in_rank
 
-import executor.restart
 import executor.shm_queue
 from chaos import mutants
 from executor import (
@@ -101,7 +100,7 @@ def test_a_monitor_that_ignores_code_0_is_caught(build: Build) -> None:
 def dies_before_going_live(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Rank 1 of the next incarnation is SIGKILLed after READY, before the swap, once; by
     the swap its monitor has reported it (to an executor that was still failed)."""
-    go_live, killed = executor.restart._go_live, list[int]()
+    go_live, killed = MultiprocExecutor._go_live, list[int]()
 
     def kill_then_go_live(ex: MultiprocExecutor, res: ExecutorResources) -> None:
         if not killed:
@@ -113,7 +112,7 @@ def dies_before_going_live(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             assert not res.monitor.is_alive(), "the monitor never saw the death"
         go_live(ex, res)
 
-    monkeypatch.setattr(executor.restart, "_go_live", kill_then_go_live)
+    monkeypatch.setattr(MultiprocExecutor, "_go_live", kill_then_go_live)
     return killed
 
 

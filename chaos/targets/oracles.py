@@ -194,12 +194,13 @@ def fault_free_stays_fault_free(record: TargetRecord, expected: Expected = None)
            for i, c in sorted(record.calls.items()) if c.get("outcome") == "fail"]
     out += [Violation("fault_free", f"the caller saw {e.get('type')} with no fault: "
                                     f"{(e.get('message') or '')[:200]}") for e in record.errors]
-    calls = int(record.spec.get("calls", 0))
     returned = sum(c.get("outcome") == "ok" for c in record.calls.values())
-    if not record.stuck and (record.done_ns is None or returned + len(out) < calls):
-        out.append(Violation("fault_free", f"the workload did not finish: {returned} of {calls} "
-                                           f"calls returned, driver exit {record.driver_returncode}"
-                                           f"; stderr: {record.stderr_tail[-300:]!r}"))
+    unfinished = [i for i, c in sorted(record.calls.items()) if c.get("outcome") == "pending"]
+    if not record.stuck and (record.done_ns is None or unfinished):
+        out.append(Violation("fault_free", f"the workload did not finish: {returned} of "
+                                           f"{len(record.calls)} calls returned, driver exit "
+                                           f"{record.driver_returncode}; stderr: "
+                                           f"{record.stderr_tail[-300:]!r}"))
     elif record.driver_returncode not in (0, None) and record.ended_by is None:
         out.append(Violation("fault_free", f"the driver exited with code {record.driver_returncode}"))
     return out
@@ -263,9 +264,8 @@ def reference_values(target: Target, scenario: TargetScenario, seed: int,
                            exit_s=scenario.exit_s,
                            spec={k: v for k, v in scenario.spec.items() if k != "linger_s"})
     record = TargetRun(target, plain, seed, path.with_suffix("")).run()
-    calls = record.calls.values()
-    good = record.done_ns is not None and len(calls) == spec.calls and all(
-        c.get("outcome") == "ok" for c in calls)
+    good = record.done_ns is not None and bool(record.calls) and all(
+        c.get("outcome") == "ok" for c in record.calls.values())
     values = {i: c.get("value") for i, c in record.calls.items()} if good else None
     path.write_text(json.dumps({"spec": base, "values": values}, indent=1))
     return values
@@ -278,9 +278,10 @@ def _wrong(record: TargetRecord, expected: Expected) -> bool:
 
 
 def _all_correct(record: TargetRecord, expected: Expected) -> bool:
-    calls = int(record.spec.get("calls", 0))
-    ok = [c for c in record.calls.values() if c.get("outcome") == "ok"]
-    return len(ok) == calls and not _wrong(record, expected) and record.done_ns is not None
+    """Every call the driver made returned its right value, and the workload finished (a
+    driver may group the spec's calls into fewer of its own: vLLM batches requests)."""
+    return (record.done_ns is not None and bool(record.calls) and not _wrong(record, expected)
+            and all(c.get("outcome") == "ok" for c in record.calls.values()))
 
 
 def _fault_words(record: TargetRecord) -> str:

@@ -179,10 +179,14 @@ class TargetRun:
         assert self._child is not None
         deadline = time.monotonic() + self.target.start_timeout_s
         while time.monotonic() < deadline:
-            for event in reader.read(_TICK_S * 5):
-                if event["ev"] == "ready":
+            events = reader.read(_TICK_S * 5)
+            for event in events:  # events after ready in the same read count too
+                if event["ev"] == "ready" and not self.record.started:
                     self._on_ready(event)
-                    return True
+                else:
+                    self._on_event(event)
+            if self.record.started:
+                return True
             if self._child.poll() is not None:
                 self._driver_ended()
                 return False

@@ -223,6 +223,10 @@ def planned_faults_fired(record: TargetRecord, expected: Expected = None) -> lis
     if record.fault.get("error"):
         return [Violation("unfired", f"{record.fault_kind} could not be applied: "
                                      f"{record.fault['error']}")]
+    if record.fault_kind == "kill_driver" and record.fault.get("alive_at_fault") == []:
+        return [Violation("unfired", "kill_driver hit a driver whose other processes had all "
+                                     f"exited already ({record.fault.get('late_s')} s after its "
+                                     "moment): the run tested nothing of it")]
     return []
 
 

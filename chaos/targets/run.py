@@ -272,8 +272,9 @@ class TargetRun:
     def _fire_due(self) -> None:
         if self._due is None or time.monotonic() < self._due or self.record.fault is not None:
             return
-        self._due = None
+        late_s, self._due = time.monotonic() - self._due, None
         self._tree.discover()  # type: ignore[union-attr]
+        alive = [p.pid for p in self._tree.others() if p.alive()]  # type: ignore[union-attr]
         kind = self.scenario.fault
         if kind == "none":
             self.record.fault = {"kind": "none", "time_ns": None}
@@ -285,6 +286,8 @@ class TargetRun:
             self._damage_shm()
         if self.record.fault is not None and self.record.fault.get("time_ns"):
             self._fault_mono = time.monotonic()
+            # What the fault met: a loaded machine may delay the observer past its moment.
+            self.record.fault.update(late_s=round(late_s, 4), alive_at_fault=alive)
 
     def _signal(self, kind: str) -> None:
         assert self._tree is not None

@@ -172,7 +172,7 @@ def _cell(rows: list[TargetResult]) -> str:
         return "not_applicable"
     latencies = [r.detection_latency_s for r in rows if r.detection_latency_s is not None]
     detect = ("detect " + "/".join(f"{percentile(latencies, q) * 1e3:.0f}" for q in (50, 99))
-              + " ms") if latencies else "not detected"
+              + " ms") if latencies else "no error seen"
     cause = "cause " + _counted([r.cause_named for r in rows])
     orphans = sum(len(r.orphans) for r in rows)
     roles = _counted([o["role"] for r in rows for o in r.orphans])

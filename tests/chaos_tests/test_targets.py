@@ -113,7 +113,7 @@ if mode == "nostart":
     sys.exit(3)
 procs = [{"role": "driver", "rank": None, "pid": os.getpid()}]
 workers = []
-if mode == "deaf":  # workers answer through files; nobody watches them die
+if mode in ("deaf", "late"):  # workers answer through files; "deaf": nobody watches them
     code = ("import os, sys, time\n"
             "rank, out, call_s = sys.argv[1], sys.argv[2], float(sys.argv[3])\n"
             "i = 0\n"
@@ -137,10 +137,19 @@ if mode == "fast_exit":
     sys.exit(0)
 for i in range(spec["calls"]):
     report.invoke(i, "work")
-    if mode == "deaf":
+    if mode in ("deaf", "late"):
         open(f"{out}/req-{i}", "w").close()
+        waited, dead = 0, []
         while not all(os.path.exists(f"{out}/resp-{i}-{r}") for r in range(spec["ranks"])):
             time.sleep(0.01)
+            waited += 1
+            dead = [w for w in workers if waited % 150 == 0 and w.poll() is not None]
+            if mode == "late" and dead:  # looks every 1.5 s only
+                break
+        if mode == "late" and dead:
+            report.fail(i, RuntimeError(f"worker pid {dead[0].pid} died"))
+            report.error(RuntimeError(f"worker pid {dead[0].pid} died"))
+            break
     else:
         time.sleep(spec["call_s"])
     values = [call_value(i, r) for r in range(spec["ranks"])]
@@ -191,6 +200,8 @@ BROKEN = [  # (broken driver, scenario, the invariant that must catch it, words 
      "never reached the caller"),
     ("deaf", scenario("kill", "kill", rank=1, bound_s=1.0, exit_s=0.5, **MID_WORK), "orphan",
      "worker rank 0"),
+    ("late", scenario("kill", "kill", rank=1, detect_s=0.5, exit_s=0.5, **MID_WORK), "detection",
+     "beyond the 0.5 s bound"),
     ("leak", scenario("fault-free"), "leak", "/dev/shm/faultlab_badtarget_"),
     ("wrong", scenario("fault-free"), "results", "call 3 returned"),
     ("flaky", scenario("fault-free"), "fault_free", "call 2 failed with no fault"),
@@ -249,6 +260,31 @@ def test_cause_grades(message: str, grade: str) -> None:
 # ------------------------------------------------------------------ suite and commands
 
 
+def test_fault_moment_is_seeded_and_the_same_for_every_target() -> None:
+    sc = scenario("kill", "kill", **MID_WORK)
+    assert sc.fault_delay_s(3) == scenario("kill", "kill", **MID_WORK).fault_delay_s(3)
+    assert sc.fault_delay_s(3) != sc.fault_delay_s(4)
+    assert all(0.02 <= sc.fault_delay_s(seed) <= 0.05 for seed in range(20))
+
+
+@pytest.mark.parametrize(("table", "where"), [
+    ("name = 'a'\nfault = 'explode'", "target_scenario[0].fault"),
+    ("name = 'a'\nfault = 'kill'\nrnak = 1", "target_scenario[0].rnak"),
+    ("name = 'a'\nfault = 'kill'\nat = [0.5, 0.1]", "target_scenario[0].at"),
+    ("name = 'a'\nafter_invoke = 0", "target_scenario[0].after_invoke"),
+    ("name = 'a'\ntolerate = ['sloth']", "target_scenario[0].tolerate"),
+    ("name = 'a'\n[target_scenario.spec]\ncals = 3", "target_scenario[0].spec.cals"),
+])
+def test_malformed_target_scenario_names_file_and_key(table: str, where: str, tmp_path: Path) -> None:
+    from chaos.suites import SuiteError
+
+    path = tmp_path / "bad_targets.toml"
+    path.write_text(f"[[target_scenario]]\n{table}\n")
+    with pytest.raises(SuiteError) as info:
+        load_suite(str(path))
+    assert "bad_targets.toml" in str(info.value) and where in str(info.value)
+
+
 def test_targets_suite_has_the_issue_scenarios() -> None:
     suite = load_suite("targets")
     by_fault = {(s.fault, s.rank if s.fault in ("kill", "term", "stop") else s.busy)
@@ -263,6 +299,14 @@ def test_unknown_target_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Captur
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown target 'nope'" in err
+
+
+def test_run_on_a_missing_target_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(ProcessPoolTarget, "unavailable", lambda self: "pip install -e '.[pp]'")
+    assert main(["chaos", "run", "targets", "--target", "processpool", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "target processpool" in err and "'.[pp]'" in err
 
 
 def test_compare_stops_on_a_missing_target_or_skips_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -210,6 +210,7 @@ def started(record: TargetRecord, expected: Expected = None) -> list[Violation]:
     if not record.applicable or record.started:
         return []
     how = ("no ready within its start timeout" if record.ended_by == "start" else
+           "the driver could not be started" if record.ended_by == "launch" else
            f"the driver exited with code {record.driver_returncode} before ready")
     return [Violation("start", f"{record.target}: {how}; stderr: {record.stderr_tail[-400:]!r}")]
 

@@ -65,7 +65,7 @@ class TargetRecord:
     stuck: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     driver_end_ns: int | None = None
     driver_returncode: int | None = None
-    ended_by: str | None = None  # "fault" (kill_driver), "hang", "deadline", "start" or None
+    ended_by: str | None = None  # "fault" (kill_driver), "hang", "deadline", "start", "launch"
     orphans: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     leftovers: list[str] = dataclasses.field(default_factory=list)
     stderr_tail: str = ""
@@ -162,9 +162,14 @@ class TargetRun:
         shm_before, tmp_before = procs.shm_names(), self._temp_files()
         launch = self.target.launch(self.spec, str(self.out))
         with open(self.out / "driver.log", "wb") as log:
-            self._child = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=log, start_new_session=True)
+            try:
+                self._child = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                               stderr=log, start_new_session=True)
+            except OSError as exc:  # a target's interpreter or venv that is not there
+                self.record.ended_by = "launch"
+                self.record.stderr_tail = f"cannot start {launch.argv[0]}: {exc}"
+                return
         self._tree = procs.ProcessTree(self._child.pid)
         assert self._child.stdout is not None
         try:
@@ -198,8 +203,12 @@ class TargetRun:
         self.record.started, self.record.ready_ns = True, event["t"]
         self._tree.name(event.get("procs", []))
         self._tree.discover()
-        if self.scenario.after_invoke is None and self.scenario.busy:
+        if self.scenario.after_invoke is None and not self._idle_kill():
             self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+
+    def _idle_kill(self) -> bool:
+        """kill_driver with the workers idle: its clock starts at ``done``, nowhere else."""
+        return self.scenario.fault == "kill_driver" and not self.scenario.busy
 
     def _observe(self, reader: EventReader) -> None:
         assert self._child is not None and self._tree is not None
@@ -243,7 +252,8 @@ class TargetRun:
                                           "end_ns": None, "outcome": "pending"}
             self._invoked_at[call_id] = time.monotonic()
             self._invokes += 1
-            if self.scenario.after_invoke == self._invokes and self._due is None:
+            if (self.scenario.after_invoke == self._invokes and self._due is None
+                    and not self._idle_kill()):
                 self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
         elif kind in ("ok", "fail") and isinstance(call_id, int):
             call = self.record.calls.setdefault(call_id, {"invoke_ns": None})
@@ -255,7 +265,7 @@ class TargetRun:
             self.record.errors.append({k: event.get(k) for k in ("type", "message", "t")})
         elif kind == "done":
             self.record.done_ns, self._done_mono = event["t"], time.monotonic()
-            if self.scenario.fault == "kill_driver" and not self.scenario.busy:
+            if self._idle_kill():
                 self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
 
     def _scan(self) -> None:

@@ -178,7 +178,8 @@ class BadTarget(Target):
 
     def launch(self, spec: WorkloadSpec, out_dir: str) -> Launch:
         base = python_launch("unused", spec)
-        return Launch([sys.executable, str(self.script), self.mode, json.dumps(spec.to_json()),
+        python = "/nonexistent/venv/bin/python" if self.mode == "nolaunch" else sys.executable
+        return Launch([python, str(self.script), self.mode, json.dumps(spec.to_json()),
                        out_dir], base.env, base.cwd)
 
     def expected_values(self, spec: WorkloadSpec) -> dict[int, Any] | None:
@@ -206,6 +207,7 @@ BROKEN = [  # (broken driver, scenario, the invariant that must catch it, words 
     ("wrong", scenario("fault-free"), "results", "call 3 returned"),
     ("flaky", scenario("fault-free"), "fault_free", "call 2 failed with no fault"),
     ("nostart", scenario("fault-free"), "start", "before ready"),
+    ("nolaunch", scenario("fault-free"), "start", "could not be started"),
     ("fast_exit", scenario("kill", "kill", rank=1, **MID_WORK), "unfired", "never fired"),
 ]
 

@@ -63,7 +63,7 @@ class SweepReport:
                 f"again, {len(self.violations)} violations")
 
 
-class _Tracer:
+class Tracer:
     """Counts the points of the swept files, or raises at one of them (``target``)."""
 
     def __init__(self, roots: Sequence[str], target: str | None) -> None:
@@ -110,7 +110,7 @@ class _Tracer:
         return self.local_trace
 
 
-def _traced(tracer: _Tracer, call: Callable[[], Any]) -> BaseException | None:
+def traced(tracer: Tracer, call: Callable[[], Any]) -> BaseException | None:
     """Run ``call`` with ``tracer`` on this thread; the exception it raised, if any."""
     sys.settrace(tracer.global_trace)
     try:
@@ -220,8 +220,8 @@ def sweep_interrupts(
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("sweep_interrupts runs on the main thread, where Ctrl-C lands")
     roots = code_roots(ex) if roots is None else tuple(roots)
-    counter = _Tracer(roots, None)
-    error = _traced(counter, call)
+    counter = Tracer(roots, None)
+    error = traced(counter, call)
     if error is not None:
         raise RuntimeError(f"the call to sweep fails without an interrupt: {error!r}") from error
     report = SweepReport(list(counter.seen))
@@ -230,8 +230,8 @@ def sweep_interrupts(
         if time.monotonic() > end:
             report.missed += report.points[i:]
             break
-        tracer = _Tracer(roots, point)
-        raised = _traced(tracer, call)
+        tracer = Tracer(roots, point)
+        raised = traced(tracer, call)
         if not tracer.fired:
             report.missed.append(point)
             continue

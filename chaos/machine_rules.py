@@ -3,6 +3,8 @@
     ExecutorMachine (chaos.machine) ──► SurroundingsMachine adds rules:
         burst                 8 / 40 / 200 outstanding non_block calls, then result() of the last
         interrupt             SIGINT to the driver (main thread) while a 3 MiB echo streams
+        interrupt_at_points   KeyboardInterrupt at each point of a window of an echo's points
+                              where CPython can raise it (chaos.interrupt_sweep): no lock held
         nested_callback_call  a done-callback that calls collective_rpc
         raising_aggregator    that call fails; later calls (judged by the model) do not
         damage_next_request   one payload byte of the next request flipped: a checksum error
@@ -36,6 +38,7 @@ from executor import CorruptMessageError, ExecutorFailedError, WorkerError, fail
 from executor.shm_queue import ChunkMeta
 
 _MIB = 1 << 20
+POINTS_PER_RULE = 24  # one run each, ~2 ms: a window costs about 50 ms
 
 
 class ChaosAggregatorError(RuntimeError):
@@ -62,6 +65,7 @@ class SurroundingsMachine(ExecutorMachine):
     def __init__(self) -> None:
         super().__init__()
         self.stubborn: set[int] = set()
+        self._points: list[str] | None = None  # the swept echo's points, found once
 
     def _quiet_model(self) -> bool:
         """No backlog and no stopped worker: a call must then finish well within 2 s."""
@@ -97,6 +101,32 @@ class SurroundingsMachine(ExecutorMachine):
         assert isinstance(error, allowed), (
             f"SIGINT {delay:g} s into a 3 MiB echo: the caller got {type(error).__name__}: "
             f"{error} instead of KeyboardInterrupt")
+
+    @precondition(lambda self: not self.model.stopped and self.model.failed_at is None)
+    @rule(window=st.integers(0, 63))
+    def interrupt_at_points(self, window: int) -> None:
+        """KeyboardInterrupt at each of POINTS_PER_RULE consecutive points of a blocking echo
+        where CPython can raise it (window ``window`` of the call's distinct points, one run
+        each: chaos.interrupt_sweep); after each, no lock of the executor is held."""
+        from chaos import interrupt_sweep as sweep
+
+        def call() -> Any:
+            return self.ex.collective_rpc("echo", args=("point",), timeout=5.0)
+
+        roots = sweep.code_roots(self.ex)
+        if self._points is None:
+            counter = sweep.Tracer(roots, None)
+            assert sweep.traced(counter, call) is None, "the echo to sweep failed by itself"
+            self._points = list(counter.seen)
+        first = window * POINTS_PER_RULE % len(self._points)
+        for target in self._points[first:first + POINTS_PER_RULE]:
+            tracer = sweep.Tracer(roots, target)
+            raised = sweep.traced(tracer, call)
+            if tracer.fired:
+                assert isinstance(raised, KeyboardInterrupt), (
+                    f"KeyboardInterrupt at {target}: the caller got {raised!r}")
+            held = sweep.held_locks(self.ex.caller_locks())
+            assert not held, f"KeyboardInterrupt at {target} left lock(s) {held} held"
 
     @precondition(lambda self: not self.model.stopped)
     @rule()

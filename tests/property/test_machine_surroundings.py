@@ -25,6 +25,7 @@ from hypothesis_profiles import PROFILE, scaled
 import executor.shm_queue
 import executor.stopping
 from chaos.machine_rules import SurroundingsMachine
+from chaos.mutants import LocksBeforeTry
 from executor import MultiprocExecutor
 
 # A SIGINT that lands while the interpreter runs a finalizer or weakref callback is printed
@@ -82,6 +83,7 @@ def _machine(executor_class: type[MultiprocExecutor]) -> type[SurroundingsMachin
 
 SurroundingsOnSkipsChecksum = _machine(SkipsChecksum)
 SurroundingsOnNoSigkill = _machine(NoSigkill)
+SurroundingsOnLocksBeforeTry = _machine(LocksBeforeTry)
 
 
 @pytest.mark.parametrize(("machine", "symptom"), [
@@ -117,3 +119,21 @@ def test_a_stubborn_worker_needs_sigkill(machine: type[SurroundingsMachine], esc
                 state.shutdown()
     finally:
         state.teardown()
+
+
+# Short runs, shrinking capped: a wedged lock makes every shrink candidate's later steps wait.
+POINT_HUNT = settings(HUNT, max_examples=60, stateful_step_count=4)
+
+
+def test_interrupt_points_rule_finds_a_lock_taken_before_its_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """chaos.mutants.LocksBeforeTry (the round-3 Ctrl-C wedge): interrupt_at_points finds it."""
+    from hypothesis.internal.conjecture import engine
+
+    if hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", 15)
+    t0 = time.monotonic()
+    with pytest.raises((AssertionError, Flaky)) as info:
+        run_state_machine_as_test(SurroundingsOnLocksBeforeTry, settings=POINT_HUNT)
+    print(f"\n--- LocksBeforeTry: found and shrunk in {time.monotonic() - t0:.1f} s ---")
+    text = "\n".join([str(info.value), *map(str, getattr(info.value, "exceptions", ()))])
+    assert re.search(r"left lock\(s\) \['reply_lock'\] held", text), f"found another bug first: {text}"

@@ -117,3 +117,10 @@ def schedule_signature(resolved: Iterable[ResolvedFault]) -> list[tuple[Any, ...
     """What must be equal when the same seed and plan are resolved twice."""
     return [(r.index, r.fault.kind, r.fault.rank, r.at_s, r.method, tuple(sorted(r.calls)))
             for r in resolved]
+
+
+def timeline_signature(faults: list[dict[str, object]]) -> list[tuple[object, ...]]:
+    """What a replay must reproduce of a run's fault timeline: which fault hit which rank
+    on which call (the records of ``ctl/faults-*.jsonl``)."""
+    return sorted({(f["index"], f["kind"], f["rank"], f.get("method"), f.get("call"))
+                   for f in faults}, key=repr)

@@ -21,7 +21,7 @@ from faultlab.usage import OneLineParser, UsageError, print_usage_error
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("faultlab.demo", "run the engine on the built-in tensor-parallel model"),
     "trace": ("faultlab.trace_cli", "export or replay a recorded run's traces"),
-    "chaos": ("chaos.cli", "run or replay fault-injection suites"),
+    "chaos": ("faultlab.chaos_cli", "run, replay or compare fault-injection suites"),
     "worker": ("faultlab.worker_cli", "start the workers of a remote node of an executor"),
 }
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from chaos import FaultPlan, KillWorker, PlanError, SlowWorker, schedule_signature
-from chaos.cli import timeline_signature
 from chaos.faults import KINDS
+from chaos.plan import timeline_signature
 from chaos.suites import SuiteError, load_suite
 from faultlab.cli import main
 

@@ -268,10 +268,6 @@ def _timeline_signature(path: Path) -> list[tuple[object, ...]]:
         faults = json.loads(path.read_text())["faults"]
     except (FileNotFoundError, KeyError, ValueError):
         return []
+    from chaos.plan import timeline_signature
+
     return timeline_signature(faults)
-
-
-def timeline_signature(faults: list[dict[str, object]]) -> list[tuple[object, ...]]:
-    """What a replay must reproduce: which fault hit which rank on which call."""
-    return sorted({(f["index"], f["kind"], f["rank"], f.get("method"), f.get("call"))
-                   for f in faults}, key=repr)

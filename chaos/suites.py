@@ -33,7 +33,8 @@ from chaos.outcomes import Outcome
 from chaos.plan import FaultPlan, check_ranks
 from chaos.recovery import RecoveryScenario
 from chaos.targets.scenario import TargetScenario, TargetScenarioError
-from chaos.workloads import BUILTIN, CallSpec, Workload, rpc_sequence
+from chaos.workload_names import BUILTIN
+from chaos.workloads import CallSpec, Workload, rpc_sequence
 from executor import ExecutorConfig
 
 SUITE_DIR = Path(__file__).with_name("suites")

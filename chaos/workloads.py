@@ -108,13 +108,4 @@ def steady(ex: RecordingExecutor, n: int = 40) -> None:
         call_quietly(ex, CallSpec("sleep", (0.005,), timeout=2.0))
 
 
-BUILTIN: dict[str, Workload] = {"standard": standard, "futures_mix": futures_mix, "steady": steady}
-
-
-def _register_around() -> None:
-    from chaos.workloads_around import AROUND
-
-    BUILTIN.update(AROUND)
-
-
-_register_around()
+CORE: dict[str, Workload] = {"standard": standard, "futures_mix": futures_mix, "steady": steady}

@@ -14,7 +14,7 @@ from helpers import real_violations
 
 from chaos import FaultPlan, run_scenario
 from chaos import mutants as broken
-from chaos.workloads import BUILTIN
+from chaos.workload_names import BUILTIN
 from executor import ExecutorConfig, MultiprocExecutor
 
 FORK = ExecutorConfig(tensor_parallel_size=2, start_method="fork")

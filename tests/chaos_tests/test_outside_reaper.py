@@ -20,7 +20,8 @@ from chaos import Bounds, FaultPlan, KillWorker, run_scenario
 from chaos import mutants as broken
 from chaos.faults import REAPER_MODES, OutsideReaper, PlanError
 from chaos.outcomes import Outcome
-from chaos.workloads import BUILTIN, standard
+from chaos.workload_names import BUILTIN
+from chaos.workloads import standard
 from executor import ExecutorConfig
 
 HIT = ("sleep", 1)

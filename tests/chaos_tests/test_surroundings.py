@@ -18,7 +18,8 @@ from chaos import Bounds, FaultPlan, KillWorker, PlanError, run_scenario
 from chaos import mutants as broken
 from chaos.faults import ForkInDriver, ForkInWorker, InterruptDriver
 from chaos.outcomes import TINY_CHUNKS, Outcome
-from chaos.workloads import BUILTIN, standard
+from chaos.workload_names import BUILTIN
+from chaos.workloads import standard
 from executor import ExecutorConfig
 
 HIT = ("sleep", 1)

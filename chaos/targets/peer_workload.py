@@ -17,9 +17,11 @@ A call's value is a pure function of (call index, rank), so a fault-free run is 
 without a reference and survivors of a faulted run compare equal to it.  The drivers judge
 nothing: they report what the executor did, and the observer (chaos/targets/run.py) judges.
 
-Every process a driver starts inherits ``MARKER_ENV`` (the target's launch sets it), so the
-whole tree can be found again after the driver is gone, even where the executor moved its
-processes to their own session (Ray): ``marked_processes``.
+The whole run can be found again after its driver is gone (``marked_processes``): every
+process inherits ``MARKER_ENV`` (the target's launch sets it), and ``ready`` carries the
+driver's session id.  Both are needed: a process that sets its title (Ray's ``ray::...``
+agents and workers) overwrites its environment as /proc shows it, and a process that starts a
+session of its own leaves the driver's.
 """
 
 from __future__ import annotations

@@ -12,6 +12,14 @@ failure is reported when Ray raises it.  Actors keep Ray's defaults (``max_resta
 dead actor stays dead, and every later call fails.  ``ray.shutdown()`` runs on every end the
 driver lives through.
 
+Observed (ray 2.60, two shared cores): ready after 3-8 s; a worker's SIGKILL or SIGTERM is
+ActorDiedError within ~15 ms, naming the actor, its pid and the exit (SIGTERM: "The process
+receives a SIGTERM"); a SIGSTOPped actor is waited for without end, no error; after the
+driver's SIGKILL gcs_server, raylet, monitors and dashboard go within 0.1 s, the actors
+within ~2 s, the dashboard and runtime-env agents only after ~60 s (in the driver's session;
+their /proc environment is overwritten by their title); the session directory under
+$TMPDIR/ray (logs, sockets, ~220 KB) is never removed, not even by a clean shutdown.
+
     python -m chaos.targets.ray_driver SPEC_JSON
 """
 
@@ -40,8 +48,8 @@ RAY_ENV = {
 }
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 ROLE_BY_MARK = (  # (substring of the command line, role), first match wins
-    ("gcs_server", "ray_gcs"),
-    ("raylet", "ray_raylet"),
+    ("ray/gcs/gcs_server", "ray_gcs"),
+    ("ray/raylet/raylet", "ray_raylet"),
     ("dashboard/dashboard.py", "ray_dashboard"),
     ("autoscaler/_private/monitor.py", "ray_monitor"),
     ("log_monitor.py", "ray_log_monitor"),

@@ -77,8 +77,10 @@ class DriverRun:
         self.expected = expected
         self.marker = launch.env[peer_workload.MARKER_ENV]
         self.events: list[dict[str, Any]] = []
+        self._ended = False  # the driver's stdout reached its end
         self._changed = threading.Condition()
-        self._stderr = open(out_dir / "driver.stderr", "w")  # noqa: SIM115 - closed in close()
+        self._stderr_path = out_dir / "driver.stderr"
+        self._stderr = open(self._stderr_path, "w")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
             launch.argv, env={**launch.env, "TMPDIR": tmp_dir}, cwd=launch.cwd,
             stdout=subprocess.PIPE, stderr=self._stderr, text=True, start_new_session=True)
@@ -93,13 +95,23 @@ class DriverRun:
                 with self._changed:
                     self.events.append(event)
                     self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
 
     def wait_for(self, match: Callable[[dict[str, Any]], bool],
                  timeout: float = EVENT_WAIT_S) -> dict[str, Any]:
+        def first() -> dict[str, Any] | None:
+            return next((e for e in self.events if match(e)), None)
+
         with self._changed:
-            found = self._changed.wait_for(
-                lambda: next((e for e in self.events if match(e)), None), timeout)
-        assert found, f"no such event within {timeout}s; saw {[e['ev'] for e in self.events]}"
+            self._changed.wait_for(lambda: first() is not None or self._ended, timeout)
+            found = first()
+        if found is None:
+            ending = "the driver's output ended" if self._ended else f"nothing within {timeout}s"
+            stderr = self._stderr_path.read_text()[-1500:]
+            pytest.fail(f"no such event: {ending}; saw {[e['ev'] for e in self.events]}; "
+                        f"driver stderr ends:\n{stderr}")
         return found
 
     def ready(self) -> dict[str, Any]:

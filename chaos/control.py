@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import telemetry
+from chaos.faults import KINDS, signal_name
 from chaos.plan import ResolvedFault
 
 ENV_VAR = "FAULTLAB_CHAOS_CTL"  # the control directory, inherited by workers
@@ -78,8 +79,6 @@ class ControlDir:
         return sorted(records, key=lambda r: r["time_ns"])
 
 
-_SIGNALS = {"kill_worker": "SIGKILL", "term_worker": "SIGTERM", "hang_worker": "SIGSTOP",
-            "resume_worker": "SIGCONT", "kill_driver": "SIGKILL"}
 
 
 def trace_fault(record: dict[str, Any], seed: int | None) -> None:
@@ -92,7 +91,8 @@ def trace_fault(record: dict[str, Any], seed: int | None) -> None:
              if isinstance(v, (str, int, float, bool)) and k not in ("rank", "pid")}
     if seed is not None:
         attrs["chaos.seed"] = seed
-    signal = _SIGNALS.get(str(record.get("kind")))
+    kind = str(record.get("kind"))
+    signal = signal_name(kind) if kind in KINDS else None
     by_signal = record.get("phase") == "signal" or record.get("kind") != "hang_worker"
     if signal is not None and by_signal and "chaos.mode" not in attrs:
         attrs["chaos.signal"] = signal

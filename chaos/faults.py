@@ -15,6 +15,7 @@ drawn from the seed).  Every call is broadcast, so "on a rank" means the fault h
 from __future__ import annotations
 
 import dataclasses
+import signal
 from typing import Any, ClassVar
 
 from executor import failpoints
@@ -28,6 +29,9 @@ QUEUES = ("rpc", "reply")
 NODE_MODES = ("kill", "cut_link")
 
 
+_DECLARED: list[type[Fault]] = []  # the kinds of this module, filled as they are declared
+
+
 class PlanError(ValueError):
     """A fault or plan is malformed; the message names the field."""
 
@@ -38,6 +42,13 @@ class Fault:
 
     kind: ClassVar[str] = "fault"
     phases: ClassVar[tuple[str, ...]] = (SIGNAL,)
+    # What the kind means, in one place: the injector, the trace, the Hypothesis strategies,
+    # the oracles and the outcome table derive their sets from these (never a list of names).
+    signal: ClassVar[int | None] = None  # delivered as this signal at phase "signal"
+    target: ClassVar[str] = "worker"  # whose process it hits: worker | driver | node | queue | around
+    stops_readers: ClassVar[bool] = False  # may leave a queue without its reader for good
+    fatal: ClassVar[bool] = False  # may end the executor (or its driver)
+    expected: ClassVar[str] = "recover"  # chaos.outcomes.Outcome when it hits (outcome_for)
 
     rank: int = 0
     at: float | tuple[float, float] | None = None
@@ -45,6 +56,13 @@ class Fault:
     probability: float | None = None
     calls_of: str = "*"  # the method whose calls ``probability`` draws over
     phase: str = SIGNAL
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A kind is registered by being declared in this module: adding one is its class
+        (with its meaning, above) and a row of chaos.outcomes.TABLE."""
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__:
+            _DECLARED.append(cls)
 
     def __post_init__(self) -> None:
         if isinstance(self.on_call, list):
@@ -100,6 +118,10 @@ class KillWorker(Fault):
     """SIGKILL a worker: from outside, or by itself at a protocol phase."""
 
     kind: ClassVar[str] = "kill_worker"
+    signal: ClassVar[int | None] = signal.SIGKILL
+    stops_readers: ClassVar[bool] = True
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "fail_fast"
     phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
 
 
@@ -108,6 +130,10 @@ class TermWorker(Fault):
     """SIGTERM a worker: it raises SystemExit once and exits with 143."""
 
     kind: ClassVar[str] = "term_worker"
+    signal: ClassVar[int | None] = signal.SIGTERM
+    stops_readers: ClassVar[bool] = True
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "fail_fast"
     phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
 
 
@@ -117,6 +143,9 @@ class HangWorker(Fault):
     (then SIGCONT / unblock), or until the executor ends it when ``duration`` is None."""
 
     kind: ClassVar[str] = "hang_worker"
+    signal: ClassVar[int | None] = signal.SIGSTOP
+    stops_readers: ClassVar[bool] = True
+    expected: ClassVar[str] = "deadline"
     phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
     duration: float | None = None
 
@@ -126,6 +155,7 @@ class ResumeWorker(Fault):
     """SIGCONT a worker (undoes a SIGSTOP hang)."""
 
     kind: ClassVar[str] = "resume_worker"
+    signal: ClassVar[int | None] = signal.SIGCONT
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -133,6 +163,7 @@ class SlowWorker(Fault):
     """Delay a worker by ``delay`` seconds at a phase, on each triggering call."""
 
     kind: ClassVar[str] = "slow_worker"
+    stops_readers: ClassVar[bool] = True
     phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
     phase: str = "before_execute"
     delay: float = 0.1
@@ -143,6 +174,8 @@ class RaiseInWorker(Fault):
     """Make a worker raise at a phase (inside the method's try: a WorkerError reply)."""
 
     kind: ClassVar[str] = "raise_in_worker"
+    fatal: ClassVar[bool] = True  # at a phase outside the try (outcome_for)
+    expected: ClassVar[str] = "fail_fast"
     phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
     phase: str = "before_execute"
     message: str = "chaos: injected error"
@@ -164,6 +197,10 @@ class CorruptQueue(Fault):
     """
 
     kind: ClassVar[str] = "corrupt_queue"
+    target: ClassVar[str] = "queue"
+    stops_readers: ClassVar[bool] = True
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "fail_fast"  # by mode (outcome_for)
     phases: ClassVar[tuple[str, ...]] = ("before_publish",)
     phase: str = "before_publish"
     queue: str = "rpc"
@@ -186,6 +223,10 @@ class KillDriver(Fault):
     """SIGKILL the driver (run in a subprocess); every worker must see it and exit."""
 
     kind: ClassVar[str] = "kill_driver"
+    signal: ClassVar[int | None] = signal.SIGKILL
+    target: ClassVar[str] = "driver"
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "exit_clean"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -199,6 +240,10 @@ class KillNode(Fault):
     """
 
     kind: ClassVar[str] = "kill_node"
+    target: ClassVar[str] = "node"
+    stops_readers: ClassVar[bool] = True
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "fail_fast"
     node: int = 1
     mode: str = "kill"
 
@@ -215,6 +260,7 @@ class StarveCPU(Fault):
     """Run ``processes`` busy loops for ``duration`` seconds (bounded)."""
 
     kind: ClassVar[str] = "starve_cpu"
+    target: ClassVar[str] = "around"
     duration: float = 1.0
     processes: int = 2
 
@@ -224,6 +270,7 @@ class StarveMemory(Fault):
     """Hold ``megabytes`` of touched memory in a helper process for ``duration`` seconds."""
 
     kind: ClassVar[str] = "starve_memory"
+    target: ClassVar[str] = "around"
     duration: float = 1.0
     megabytes: int = 256
 
@@ -245,6 +292,9 @@ class InterruptDriver(Fault):
     """
 
     kind: ClassVar[str] = "interrupt_driver"
+    signal: ClassVar[int | None] = signal.SIGINT
+    target: ClassVar[str] = "driver"
+    expected: ClassVar[str] = "interrupt"
     phases: ClassVar[tuple[str, ...]] = (SIGNAL, *INTERRUPT_PHASES)
 
     @property
@@ -260,6 +310,7 @@ class ForkInDriver(Fault):
     The parent's executor must not notice; the child's call must raise a clear error."""
 
     kind: ClassVar[str] = "fork_in_driver"
+    target: ClassVar[str] = "around"  # a child of the driver; the driver is no victim
     mode: str = "exit"
     duration: float = 0.5
 
@@ -278,6 +329,9 @@ class ForkInWorker(Fault):
     within the detection bound, not when the grandchild exits."""
 
     kind: ClassVar[str] = "fork_in_worker"
+    stops_readers: ClassVar[bool] = True
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "fail_fast"
     phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
     phase: str = "before_execute"
     duration: float = 10.0
@@ -301,6 +355,7 @@ class OutsideReaper(Fault):
     no signal to a freed pid and leaves no descriptor (chaos.surroundings.ChildReaper)."""
 
     kind: ClassVar[str] = "outside_reaper"
+    target: ClassVar[str] = "driver"
     mode: str = "ignore"
 
     def __post_init__(self) -> None:
@@ -309,12 +364,27 @@ class OutsideReaper(Fault):
             raise PlanError(f"{self.kind}: mode must be one of {REAPER_MODES}, got {self.mode!r}")
 
 
-KINDS: dict[str, type[Fault]] = {
-    cls.kind: cls for cls in (KillWorker, TermWorker, HangWorker, ResumeWorker, SlowWorker,
-                              RaiseInWorker, CorruptQueue, KillDriver, KillNode, StarveCPU,
-                              StarveMemory, InterruptDriver, ForkInDriver, ForkInWorker,
-                              OutsideReaper)
-}
+KINDS: dict[str, type[Fault]] = {cls.kind: cls for cls in _DECLARED}  # every kind, in declaration order
+
+
+def fault_class(kind: str) -> type[Fault]:
+    """The class of fault kind ``kind``; an unknown kind is a ``PlanError``, never a no-op."""
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise PlanError(f"unknown fault kind {kind!r}; known: {sorted(KINDS)}") from None
+
+
+def kinds_where(**wanted: object) -> tuple[str, ...]:
+    """The kinds whose metadata matches, in declaration order, e.g. ``kinds_where(fatal=True)``."""
+    return tuple(k for k, cls in KINDS.items()
+                 if all(getattr(cls, name) == value for name, value in wanted.items()))
+
+
+def signal_name(kind: str) -> str | None:
+    """"SIGKILL" etc. for a kind delivered by a signal, else None."""
+    sig = fault_class(kind).signal
+    return None if sig is None else signal.Signals(sig).name
 
 
 def fault_from_dict(data: dict[str, Any], where: str = "fault") -> Fault:

@@ -25,12 +25,19 @@ from typing import Any
 
 from chaos import surroundings
 from chaos.control import ControlDir
-from chaos.faults import ForkInDriver, KillNode, OutsideReaper, StarveCPU, StarveMemory
+from chaos.faults import (
+    ForkInDriver,
+    InterruptDriver,
+    KillDriver,
+    KillNode,
+    OutsideReaper,
+    PlanError,
+    StarveCPU,
+    StarveMemory,
+)
 from chaos.plan import ResolvedFault
 from executor.surfaces import ExecutorLike
 
-_SIGNALS = {"kill_worker": signal.SIGKILL, "term_worker": signal.SIGTERM,
-            "hang_worker": signal.SIGSTOP, "resume_worker": signal.SIGCONT}
 _BUSY = "import time\nend = time.monotonic() + {d}\nwhile time.monotonic() < end: pass\n"
 _HOG = ("import time\nb = bytearray({n})\nfor i in range(0, len(b), 4096): b[i] = 1\n"
         "print('held', flush=True)\ntime.sleep({d})\n")
@@ -129,18 +136,21 @@ class Injector:
                 self.stopped.add(pid)  # stop() resumes it: the scenario's cleanup ends it
 
     def _target(self, r: ResolvedFault) -> int | None:
-        if r.fault.kind in _SIGNALS:
-            return self.pids[r.fault.rank] if r.fault.rank < len(self.pids) else None
-        return os.getpid() if r.fault.kind in ("kill_driver", "interrupt_driver", "outside_reaper") \
-            else None
+        f = r.fault
+        if f.target == "worker" and f.signal is not None:
+            return self.pids[f.rank] if f.rank < len(self.pids) else None
+        return os.getpid() if f.target == "driver" else None
 
     def _act(self, r: ResolvedFault, pid: int | None) -> None:
+        """Deliver an external fault; a kind with no way to be delivered raises."""
         f = r.fault
-        if f.kind in _SIGNALS and pid is not None:
-            self._signal(pid, _SIGNALS[f.kind], getattr(f, "duration", None))
-        elif f.kind == "kill_driver" and self.kill_driver is not None:
-            self.kill_driver()
-        elif f.kind == "interrupt_driver":
+        if f.target == "worker" and f.signal is not None:
+            if pid is not None:
+                self._signal(pid, f.signal, getattr(f, "duration", None))
+        elif isinstance(f, KillDriver):
+            if self.kill_driver is not None:
+                self.kill_driver()
+        elif isinstance(f, InterruptDriver):
             os.kill(os.getpid(), signal.SIGINT)  # the main thread raises KeyboardInterrupt
         elif isinstance(f, ForkInDriver):
             pid = surroundings.fork_child(f, r.index, self.ctl.path, self.executor)
@@ -151,6 +161,9 @@ class Injector:
             self._helpers([_BUSY.format(d=f.duration)] * f.processes, f.duration)
         elif isinstance(f, StarveMemory):
             self._helpers([_HOG.format(n=f.megabytes << 20, d=f.duration)], f.duration)
+        else:
+            raise PlanError(f"{f.kind}: the chaos side has no way to deliver it at phase "
+                            f"{f.phase!r}")
 
     def _signal(self, pid: int, sig: int, duration: float | None) -> None:
         os.kill(pid, sig)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from chaos.faults import kinds_where
 from chaos.recording import UNKNOWN, CallRecord
 from chaos.run_record import RunRecord, Violation
 
@@ -27,10 +28,8 @@ from chaos.run_record import RunRecord, Violation
 _NOT_ANY = frozenset({"ExecutorFailedError", "TimeoutError", "KeyboardInterrupt", "SystemExit",
                       "QueueFullError"})
 # Fault kinds that stop a reader: only they may fill a queue for good.
-_STOP_READERS = frozenset({"kill_worker", "term_worker", "hang_worker", "kill_node",
-                           "fork_in_worker", "corrupt_queue", "slow_worker"})
-_FATAL_KINDS = frozenset({"kill_worker", "term_worker", "kill_node", "fork_in_worker",
-                          "corrupt_queue", "raise_in_worker", "kill_driver"})
+_STOP_READERS = frozenset(kinds_where(stops_readers=True))
+_FATAL_KINDS = frozenset(kinds_where(fatal=True))
 
 
 def declared_outcomes(run: RunRecord) -> list[Violation]:

@@ -58,15 +58,6 @@ class Outcome(enum.StrEnum):
 # escapes the serve loop and ends the process (which the driver must detect).
 _CAUGHT_PHASES = ("before_unpickle", "before_execute", "after_execute", "before_pickle_reply")
 _FATAL_DAMAGE = ("clobber_seq", "clobber_flags", "overwrite_unread", "clear_written", "all_ff")
-_BY_KIND = {
-    "kill_worker": Outcome.FAIL_FAST, "term_worker": Outcome.FAIL_FAST,
-    "hang_worker": Outcome.DEADLINE, "resume_worker": Outcome.RECOVER,
-    "slow_worker": Outcome.RECOVER, "kill_driver": Outcome.EXIT_CLEAN,
-    "starve_cpu": Outcome.RECOVER, "starve_memory": Outcome.RECOVER,
-    "kill_node": Outcome.FAIL_FAST, "interrupt_driver": Outcome.INTERRUPT,
-    "fork_in_driver": Outcome.RECOVER, "fork_in_worker": Outcome.FAIL_FAST,
-    "outside_reaper": Outcome.RECOVER,
-}
 # A KillNode row needs a second node; liveness fast enough that a cut link is seen in ~1 s.
 TWO_NODES = {"nnodes": 2, "heartbeat_interval": 0.1, "node_timeout": 1.0}
 
@@ -90,7 +81,7 @@ def outcome_for(fault: Fault) -> Outcome:
         if fault.mode in _FATAL_DAMAGE:
             return Outcome.FAIL_FAST
         return Outcome.DEADLINE if fault.mode == "drop" else Outcome.ERROR_RECOVER
-    return _BY_KIND[fault.kind]
+    return Outcome(type(fault).expected)  # the kind's own word (chaos.faults)
 
 
 def combined_outcome(faults: list[Fault]) -> Outcome | None:

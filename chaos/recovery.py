@@ -29,7 +29,6 @@ import dataclasses
 import json
 import os
 import random
-import signal
 import time
 import zlib
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from chaos import resources
 from chaos.control import trace_fault
-from chaos.faults import PlanError
+from chaos.faults import CorruptQueue, Fault, HangWorker, KillNode, KillWorker, PlanError, TermWorker
 from chaos.nodes import RemoteNodes
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
@@ -296,8 +295,10 @@ def _damage_next_request() -> None:
     failpoints.enable("queue.after_publish", damage)
 
 
-_KINDS = {"kill": "kill_worker", "sigterm": "term_worker", "hang": "hang_worker",
-          "corrupt": "corrupt_queue", "kill_node": "kill_node"}
+# The demo's and recovery suites' fault names, as chaos fault kinds (chaos.faults says what
+# each means, its signal included).
+_KINDS: dict[str, type[Fault]] = {"kill": KillWorker, "sigterm": TermWorker, "hang": HangWorker,
+                                  "corrupt": CorruptQueue, "kill_node": KillNode}
 
 
 def inject(ex: MultiprocExecutor, fault: str, rank: int, seed: int | None = None,
@@ -305,7 +306,8 @@ def inject(ex: MultiprocExecutor, fault: str, rank: int, seed: int | None = None
     """Hit worker ``rank`` of ``ex`` (or its rpc queue, or its node) with ``fault``, from the
     driver; the fault is a ``chaos.fault`` span first, so the trace links recovery to it."""
     pid = ex.worker_pids[rank]
-    record: dict[str, Any] = {"kind": _KINDS[fault], "rank": rank, "pid": pid,
+    kind = _KINDS[fault]
+    record: dict[str, Any] = {"kind": kind.kind, "rank": rank, "pid": pid,
                               "phase": "before_publish" if fault == "corrupt" else "signal"}
     if fault == "corrupt":
         record["mode"] = "all_ff"
@@ -316,8 +318,8 @@ def inject(ex: MultiprocExecutor, fault: str, rank: int, seed: int | None = None
     if fault == "corrupt":
         _damage_next_request()
         return
-    sig = {"kill": signal.SIGKILL, "sigterm": signal.SIGTERM, "hang": signal.SIGSTOP}[fault]
-    os.kill(pid, sig)
+    assert kind.signal is not None, f"{kind.kind} is not delivered by a signal"
+    os.kill(pid, kind.signal)
 
 
 def _replace_node(ex: MultiprocExecutor, node: int, nodes: RemoteNodes | None) -> None:

@@ -8,8 +8,11 @@ uses it is reset and reproduced between examples.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import signal
 from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import register_random
 from hypothesis import strategies as st
@@ -23,6 +26,8 @@ from chaos.faults import (
     RaiseInWorker,
     SlowWorker,
     TermWorker,
+    fault_class,
+    kinds_where,
 )
 from chaos.plan import FaultPlan
 from chaos.workloads import CallSpec
@@ -79,7 +84,9 @@ def fault_plans(world_size: int = 2, max_faults: int = 3) -> st.SearchStrategy[F
 RPC_METHODS = ("echo", "sleep", "fail", "get_rank")
 TIMEOUTS: tuple[float | None, ...] = (None, 0.05, 0.25, 1.0)
 SLEEPS = (0.0, 0.01, 0.05, 0.3)
-SIGNAL_KINDS = ("kill_worker", "term_worker", "hang_worker")
+# Kinds a signal delivers to a worker, from outside, that stop it (not SIGCONT: it undoes).
+SIGNAL_KINDS = tuple(k for k in kinds_where(target="worker")
+                     if fault_class(k).signal not in (None, signal.SIGCONT))
 
 
 def rpc_calls(
@@ -117,11 +124,10 @@ def unique_args(spec: CallSpec, index: int) -> tuple[object, ...]:
 def signal_faults(world_size: int = 2, max_k: int = 4) -> st.SearchStrategy[Fault]:
     """A fault sent from outside (no code in the worker), on the k-th call of any method."""
     def build(kind: str, rank: int, k: int, duration: float) -> Fault:
-        on_call = ("*", k)
-        if kind == "hang_worker":
-            return HangWorker(rank=rank, on_call=on_call, duration=duration)
-        cls = KillWorker if kind == "kill_worker" else TermWorker
-        return cls(rank=rank, on_call=on_call)
+        cls = fault_class(kind)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        extra: dict[str, Any] = {"duration": duration} if "duration" in fields else {}
+        return cls(rank=rank, on_call=("*", k), **extra)
 
     return st.builds(build, st.sampled_from(SIGNAL_KINDS), st.integers(0, world_size - 1),
                      st.integers(1, max_k), st.sampled_from([0.05, 0.3]))

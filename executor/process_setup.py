@@ -64,6 +64,18 @@ class ExitState:
 
     terminating: int = 0  # the signal that asked us to exit, once
     exiting: bool = False  # the loop is done; ignore further signals
+    # Set while a served RPC's end record is written (its reply is already out): a SIGTERM
+    # then waits for ``take_deferred`` (a shutdown right after a reply must not cut the
+    # worker's span short: the driver may already have moved on and closed the death pipe).
+    deferring: bool = False
+    deferred: int = 0
+
+    def take_deferred(self) -> None:
+        """Raise the SystemExit a signal asked for while ``deferring``."""
+        signum, self.deferred = self.deferred, 0
+        if signum and not (self.terminating or self.exiting):
+            self.terminating = signum
+            raise SystemExit(128 + signum)
 
 
 def prepare_process(boot: ProcessBoot) -> ExitState:
@@ -134,6 +146,9 @@ def _set_parent_death_signal(sig: int) -> None:
 def _install_signal_handlers(state: ExitState) -> None:
     def handler(signum: int, _frame: object) -> None:
         if state.terminating or state.exiting:
+            return
+        if state.deferring:
+            state.deferred = signum
             return
         state.terminating = signum
         raise SystemExit(128 + signum)

@@ -247,8 +247,13 @@ class WorkerProc:
         executed_ns = _time_ns()
         if must_reply:
             self._reply(msg_id, kind, value)
-        self.rec.served(span_id, waited_ns, got_ns, start_ns, executed_ns,
-                        executed_ns if must_reply else 0, value if kind == REPLY_ERROR else None)
+        self.state.deferring = True  # the reply is out: its span's end record goes first
+        try:
+            self.rec.served(span_id, waited_ns, got_ns, start_ns, executed_ns,
+                            executed_ns if must_reply else 0, value if kind == REPLY_ERROR else None)
+        finally:
+            self.state.deferring = False
+        self.state.take_deferred()
 
     def _execute(self, msg_id: int, method: Any, args: tuple, kwargs: dict) -> tuple[int, Any]:
         try:

@@ -95,6 +95,14 @@ class RecordedSpan:
     parent_remote: bool = False  # the parent span was recorded by another process
     death_ns: int | None = None  # a truncated span: the best-known moment its process died
     truncated_reason: str = ""
+    # Truncated by the executor's own orderly stop (a survivor shut down after a failure),
+    # not by a failure of its own: exports do not mark it as an error.
+    stopped: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """What exports show as an error: an ERROR status, or cut short by a failure."""
+        return self.status == "ERROR" or (self.truncated and not self.stopped)
 
     @property
     def truncated(self) -> bool:

@@ -29,7 +29,7 @@ from telemetry.assemble import RecordedSpan, read_run
 SPAN_COLUMNS = [
     "name", "trace_id", "span_id", "parent_span_id", "pid", "rank", "role", "service",
     "tid", "thread_name", "start_ns", "end_ns", "duration_ns", "last_seen_ns", "status",
-    "status_message", "truncated", "point", "attributes", "events",
+    "status_message", "truncated", "stopped", "point", "attributes", "events",
 ]
 EVENT_COLUMNS = [
     "name", "time_ns", "span_id", "trace_id", "span_name", "source", "attributes",
@@ -53,7 +53,7 @@ def span_row(span: RecordedSpan) -> dict[str, Any]:
         "duration_ns": None if span.end_ns is None else span.end_ns - span.start_ns,
         "last_seen_ns": span.last_seen_ns,
         "status": span.status, "status_message": span.status_message,
-        "truncated": span.truncated, "point": span.point,
+        "truncated": span.truncated, "stopped": span.stopped, "point": span.point,
         "attributes": dict(span.attributes),
         "events": [
             {"name": e.name, "time_ns": e.time_ns, "attributes": dict(e.attributes)}
@@ -69,7 +69,7 @@ def _frame(rows: list[dict[str, Any]], columns: list[str], sort_by: str) -> pd.D
         values = [row[column] for row in rows]
         if column in _INT_COLUMNS:
             data[column] = pd.array(values, dtype="Int64")
-        elif column in ("truncated", "point"):
+        elif column in ("truncated", "stopped", "point"):
             data[column] = pd.array(values, dtype=bool)
         else:
             data[column] = pd.Series(values, dtype=object)

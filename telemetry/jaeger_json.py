@@ -70,10 +70,8 @@ def _span_tags(span: RecordedSpan) -> list[dict[str, Any]]:
     tags = [tag(k, v) for k, v in attributes.items()]
     if span.kind != "internal":
         tags.append(tag("span.kind", span.kind))
-    status = "ERROR" if span.truncated or span.status == "ERROR" else "UNSET"  # OK: UNSET
-    if status != "UNSET":
-        tags.append(tag("otel.status_code", status))
-    if span.status == "ERROR" or span.truncated:
+    if span.failed:  # OK is UNSET; a survivor the executor stopped is no error
+        tags.append(tag("otel.status_code", "ERROR"))
         tags.append(tag("error", True))
         tags.append(tag("otel.status_description",
                         truncated_message(span) if span.truncated else span.status_message))

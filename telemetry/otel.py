@@ -95,7 +95,8 @@ def to_readable_span(span: RecordedSpan, resource: Resource) -> ReadableSpan:
     if span.truncated:
         attributes["faultlab.truncated"] = True
         attributes["faultlab.truncated.reason"] = span.truncated_reason or TRUNCATED_MESSAGE
-        status = Status(StatusCode.ERROR, truncated_message(span))
+        status = (Status(StatusCode.ERROR, truncated_message(span)) if span.failed
+                  else Status(StatusCode.UNSET))  # a survivor the executor stopped
         end_ns = span.shown_end_ns
     else:
         code = StatusCode.ERROR if span.status == "ERROR" else StatusCode.UNSET  # OK: UNSET

@@ -13,7 +13,8 @@ Data flow::
               the fault and detection spans; the victim's spans in that RPC's trace get the
               fault event and link too; each fault span gets its detection event and link
               truncated spans: ``death_ns`` = the fault that killed the process, else its
-              detected death, with ``truncated_reason``
+              detected death, else (``stopped``: not an error in any export) the moment
+              the executor's own shutdown reached it, with ``truncated_reason``
               links recorded in the journal (``faultlab.links.*``, telemetry/links.py)
               become links; an RPC or restart whose parent is an ``engine.step`` /
               ``engine.recovery`` span gets its parent's request links
@@ -56,6 +57,9 @@ _KIND_PREFIXES = (
 )
 _FAULT_KEYS = ("kind", "phase", "mode", "signal", "seed", "msg_id", "method", "by", "index")
 _LOST_REASON = "the process ended before this span ended"
+STOPPED = "worker.death_pipe_eof"  # a worker saw the executor close its death pipe
+_STOPPED_REASON = ("stopped by the executor's own shutdown (death pipe closed) before it "
+                   "ended: cut short, not failed")
 RESTART, RECOVERY_SPANS = "executor.restart", ("executor.restart", "engine.recovery",
                                                 "engine.rebuild")
 _LINK_PARENTS = ("engine.step", "engine.recovery")  # their children share their request links
@@ -107,6 +111,7 @@ class Story:
         self.faults: list[FaultInfo] = []
         self.signs: list[Sign] = []
         self.restarts: list[RecordedSpan] = []
+        self.stops: dict[int, int] = {}  # pid -> when it saw the executor stop it (first)
         self._seen: set[int] = set()
         self._link_parents: dict[int, RecordedSpan] = {}
 
@@ -140,6 +145,9 @@ class Story:
         if span.name == RESTART:
             self._seen.add(span.span_id)
             self.restarts.append(span)
+            return
+        if span.point and span.name == STOPPED:
+            self.stops.setdefault(span.process.pid, span.start_ns)
             return
         if span.point and span.name == FAULT:
             self._seen.add(span.span_id)
@@ -251,6 +259,11 @@ class Story:
                 span.death_ns = sign.time_ns
                 span.truncated_reason = f"process death detected by the driver ({sign.by})"
                 return
+        stopped_ns = self.stops.get(pid)
+        if stopped_ns is not None and stopped_ns >= span.start_ns:  # a survivor, shut down
+            span.death_ns, span.stopped = stopped_ns, True
+            span.truncated_reason = _STOPPED_REASON
+            return
         span.truncated_reason = _LOST_REASON
 
 

@@ -87,6 +87,20 @@ def test_the_killed_span_lasts_until_the_kill(failed_trace: dict[str, Any]) -> N
     assert tags["span.kind"] == "server"
 
 
+def test_the_survivor_stopped_by_the_executor_is_not_an_error(failed_trace: dict[str, Any]) -> None:
+    """Rank 0 was in its sleep when the executor shut down after rank 1 died: its span is
+    cut short by the shutdown, says so, and carries no error (issue 22: 'two workers died')."""
+    survivor = next(s for s in failed_trace["spans"]
+                    if s["operationName"] == "worker.execute sleep [rank 0]")
+    tags = _tags(survivor["tags"])
+    assert tags["faultlab.truncated"] is True, tags
+    assert tags["faultlab.truncated.reason"].startswith("stopped by the executor's own shutdown")
+    assert "error" not in tags and tags.get("otel.status_code") != "ERROR", tags
+    killed = next(s for s in failed_trace["spans"]
+                  if s["operationName"] == "worker.execute sleep [rank 1]")
+    assert _tags(killed["tags"])["error"] is True  # only what failed is an error
+
+
 def test_ranks_are_told_apart_on_the_rows(failed_trace: dict[str, Any]) -> None:
     names = {s["operationName"] for s in failed_trace["spans"]}
     assert {"worker.execute sleep [rank 0]", "worker.execute sleep [rank 1]"} <= names

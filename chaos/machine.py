@@ -351,6 +351,11 @@ class ExecutorMachine(RuleBasedStateMachine):
         done.join(self.shutdown_grace + self.sigterm_grace + 10.0)
         if done.is_alive():
             problems.append("shutdown() in teardown did not return; threads:\n" + _thread_stacks())
+        elif self.model.shut_at is None:  # returned (the shutdown rule judged its own run):
+            # no worker may be left; a shutdown that never SIGKILLs returns early without error
+            alive = [p for p in self.pids if _alive(p)]
+            if alive:
+                problems.append(f"shutdown() in teardown returned but worker pids {alive} are alive")
         for pid in self.pids:
             _signal(pid, signal.SIGKILL)  # a no-op unless something survived
         for t in [*self._stuck, done]:

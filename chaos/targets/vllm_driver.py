@@ -154,9 +154,11 @@ def wait_for_tree(ranks: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
 
 
 def prompts(spec: dict[str, Any]) -> list[list[int]]:
-    """``calls`` seeded token-id prompts (ids 3..VOCAB-1: clear of bos/eos)."""
+    """``calls`` x BATCH seeded token-id prompts (ids 3..VOCAB-1: clear of bos/eos): one
+    batch per call, so a spec's ``calls`` are its protocol calls, as on every target (a
+    fault ``after_invoke = k`` then comes on vLLM too)."""
     out = []
-    for i in range(int(spec["calls"])):
+    for i in range(int(spec["calls"]) * BATCH):
         rng = random.Random(f"{spec['seed']}:{i}")
         length = rng.randint(*PROMPT_LEN)
         out.append([rng.randrange(3, VOCAB) for _ in range(length)])

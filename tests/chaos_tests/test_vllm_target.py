@@ -30,6 +30,7 @@ import pytest
 
 from chaos.targets.base import WorkloadSpec
 from chaos.targets.protocol import parse
+from chaos.targets.vllm_driver import BATCH
 from chaos.targets.vllm_target import TARGET
 
 _MISSING = TARGET.unavailable()
@@ -193,18 +194,18 @@ def start(runs: list[DriverRun], tmp_path: Path, name: str, spec: WorkloadSpec) 
 def test_fault_free_runs_report_the_tree_and_generate_the_same_tokens(
     driver_runs: list[DriverRun], tmp_path: Path
 ) -> None:
-    spec = WorkloadSpec(calls=8, tokens=32, ranks=2, seed=7)
+    spec = WorkloadSpec(calls=3, tokens=32, ranks=2, seed=7)
     first, second = (start(driver_runs, tmp_path, name, spec) for name in ("a", "b"))
     for run in (first, second):
         ready = run.wait_for("ready", READY_BOUND_S)
         roles = {(p["role"], p["rank"]) for p in ready["procs"]}
         assert {("driver", None), ("engine_core", None), ("worker", 0), ("worker", 1)} <= roles
         done = run.wait_for("done", 120)
-        assert done["ok"] and done["tokens"] == spec.calls * spec.tokens
+        assert done["ok"] and done["tokens"] == spec.calls * BATCH * spec.tokens
         assert not [e for e in run.events if e["ev"] in ("fail", "error")]
         assert run.proc.wait(timeout=EXIT_BOUND_S) == 0
     values = first.values()
-    assert sorted(values) == [0, 1]  # two calls of four requests each
+    assert sorted(values) == [0, 1, 2]  # one call per batch of BATCH requests
     assert all(len(tokens) == spec.tokens for batch in values.values() for tokens in batch)
     assert values == second.values()
 
@@ -212,7 +213,7 @@ def test_fault_free_runs_report_the_tree_and_generate_the_same_tokens(
 def test_sigkill_of_worker_rank_1_reaches_the_caller_as_an_error(
     driver_runs: list[DriverRun], tmp_path: Path
 ) -> None:
-    run = start(driver_runs, tmp_path, "kill", WorkloadSpec(calls=16, tokens=480, seed=1))
+    run = start(driver_runs, tmp_path, "kill", WorkloadSpec(calls=4, tokens=480, seed=1))
     run.wait_for("ready", READY_BOUND_S)
     run.wait_for("invoke", 30)
     time.sleep(0.5)  # mid-call: the workers are generating

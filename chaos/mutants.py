@@ -140,7 +140,7 @@ class NoExitGuard(MultiprocExecutor):
         import executor.process_setup
 
         original = executor.process_setup.start_guard
-        executor.process_setup.start_guard = lambda death_fd, grace_s: 0
+        executor.process_setup.start_guard = lambda death_fd, grace_s, driver_pid: 0
         try:
             super().__init__(*a, **kw)
         finally:

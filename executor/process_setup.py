@@ -56,6 +56,7 @@ class ProcessBoot(Protocol):
     trace: tuple[int, int, int] | None
     environ: dict[str, str]
     keep_buffers: bool
+    driver_pid: int  # the process holding our death pipe's write end
 
 
 @dataclasses.dataclass
@@ -85,7 +86,7 @@ def prepare_process(boot: ProcessBoot) -> ExitState:
     elif boot.start_method == "forkserver":
         _drop_forkserver_alive_fd()
         _adopt_environ(boot.environ)
-    start_guard(boot.death.fileno(), boot.exit_grace_s)  # while this process has one thread
+    start_guard(boot.death.fileno(), boot.exit_grace_s, boot.driver_pid)  # one thread still
     _set_parent_death_signal(signal.SIGCONT)
     state = ExitState()
     _install_signal_handlers(state)

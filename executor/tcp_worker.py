@@ -93,6 +93,7 @@ class RemoteBootstrap:
     trace: tuple[int, int, int] | None = None
     environ: dict[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
     keep_buffers: bool = True
+    driver_pid: int = dataclasses.field(default_factory=os.getpid)  # the agent: it holds our death pipe
 
 
 class WorkerLink(threading.Thread):

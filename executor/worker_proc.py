@@ -89,6 +89,7 @@ class WorkerBootstrap:
     # the forkserver's, frozen when it started (FAULTLAB_*, OTEL_* set later would be lost).
     environ: dict[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
     keep_buffers: bool = True
+    driver_pid: int = dataclasses.field(default_factory=os.getpid)  # built in the driver
 
 
 class _Leave(Exception):

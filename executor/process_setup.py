@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Protocol
 
@@ -79,8 +80,11 @@ class ExitState:
             raise SystemExit(128 + signum)
 
 
-def prepare_process(boot: ProcessBoot) -> ExitState:
-    """Everything a worker process does before it builds its queues and its worker."""
+def prepare_process(
+    boot: ProcessBoot, report_exit: Callable[[int], None] = lambda code: None,
+) -> ExitState:
+    """Everything a worker process does before it builds its queues and its worker;
+    ``report_exit(code)`` tells the driver why before a hard exit (the READY pipe, locally)."""
     if boot.start_method == "fork":
         death_pipes.close_inherited()  # the driver's write ends, ours and other executors'
     elif boot.start_method == "forkserver":
@@ -102,7 +106,8 @@ def prepare_process(boot: ProcessBoot) -> ExitState:
                                    "faultlab.start_method": boot.start_method},
                   telemetry.SpanContext.from_wire(boot.trace))
     threading.Thread(
-        target=_watch_parent, args=(boot, state), name="faultlab-death-pipe", daemon=True
+        target=_watch_parent, args=(boot, state, report_exit), name="faultlab-death-pipe",
+        daemon=True
     ).start()
     return state
 
@@ -183,7 +188,7 @@ def _cap_threads(cap: int, rank: int) -> None:
              rank, cap)
 
 
-def _watch_parent(boot: ProcessBoot, state: ExitState) -> None:
+def _watch_parent(boot: ProcessBoot, state: ExitState, report_exit: Callable[[int], None]) -> None:
     fd = boot.death.fileno()
     try:
         while os.read(fd, 1):
@@ -199,4 +204,5 @@ def _watch_parent(boot: ProcessBoot, state: ExitState) -> None:
     if not state.exiting:
         os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(boot.exit_grace_s)
+    report_exit(EXIT_PARENT_DIED)  # the cause is named only when we said it
     os._exit(EXIT_PARENT_DIED)  # still here: stuck in C code that signals cannot interrupt

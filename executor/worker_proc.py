@@ -98,7 +98,7 @@ class _Leave(Exception):
 
 def worker_main(boot: WorkerBootstrap) -> None:
     """Process entry point."""
-    state = prepare_process(boot)
+    state = prepare_process(boot, lambda code: report_exit_cause(boot.ready, code))
     try:
         proc = WorkerProc(boot, state)
     except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver

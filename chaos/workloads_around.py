@@ -21,6 +21,7 @@ mid-stream, and exhausted resources.  Each declares what its calls must end in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import time
@@ -220,6 +221,9 @@ FD_HEADROOM = 6  # descriptors left free in the driver while the limit is low
 
 
 def fd_limit(ex: RecordingExecutor) -> None:
+    """Few descriptors left (the soft limit: the executor raises it to the hard one when that
+    fits, executor/fd_room.py), then a start-up that fails (a worker raising in __init__):
+    neither may leak a descriptor, and the running executor keeps working."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = len(os.listdir("/proc/self/fd")) + FD_HEADROOM
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(low, soft), hard))
@@ -227,6 +231,10 @@ def fd_limit(ex: RecordingExecutor) -> None:
         ex.attempt("start an executor with few descriptors left",
                    lambda: _start_and_stop(type(ex.executor), ex.config), check="exhaustion",
                    expect_errors=frozenset({"ok", "*"}))
+        failing = dataclasses.replace(ex.config, worker="executor.workers:EchoWorker",
+                                      worker_kwargs={"fail_on_start": True})
+        ex.attempt("a start-up that fails", lambda: _start_and_stop(type(ex.executor), failing),
+                   check="exhaustion", expect_errors=frozenset({"WorkerStartupError"}))
         _quiet(ex.collective_rpc, "echo", args=("low-fd-limit",), timeout=5.0,
                expect_errors=OK, check="exhaustion")
     finally:

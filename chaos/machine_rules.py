@@ -3,12 +3,13 @@
     ExecutorMachine (chaos.machine) ──► SurroundingsMachine adds rules:
         burst                 8 / 40 / 200 outstanding non_block calls, then result() of the last
         interrupt             SIGINT to the driver (main thread) while a 3 MiB echo streams
-        interrupt_at_points   KeyboardInterrupt at each point of a window of an echo's points
-                              where CPython can raise it (chaos.interrupt_sweep): no lock held
         nested_callback_call  a done-callback that calls collective_rpc
         raising_aggregator    that call fails; later calls (judged by the model) do not
         damage_next_request   one payload byte of the next request flipped: a checksum error
         stubborn_worker       a worker ignoring SIGTERM and the death pipe: shutdown must SIGKILL
+    SurroundingsMachine ──► InterruptPointsMachine adds (a machine of its own, as below):
+        interrupt_at_points   KeyboardInterrupt at each point of a window of an echo's points
+                              where CPython can raise it (chaos.interrupt_sweep): no lock held
     SurroundingsMachine ──► OutsideReaperMachine adds (a machine of its own, so the hunts above
     keep their rule set):
         outside_reaper        from now on someone else reaps the driver's children (SIGCHLD
@@ -65,7 +66,6 @@ class SurroundingsMachine(ExecutorMachine):
     def __init__(self) -> None:
         super().__init__()
         self.stubborn: set[int] = set()
-        self._points: list[str] | None = None  # the swept echo's points, found once
         # An interrupted streamed write leaves its stream for the next write to finish (an
         # abort marker): "the next chunk published" may then be that, not the next request.
         self._stream_cut = False
@@ -105,32 +105,6 @@ class SurroundingsMachine(ExecutorMachine):
         assert isinstance(error, allowed), (
             f"SIGINT {delay:g} s into a 3 MiB echo: the caller got {type(error).__name__}: "
             f"{error} instead of KeyboardInterrupt")
-
-    @precondition(lambda self: not self.model.stopped and self.model.failed_at is None)
-    @rule(window=st.integers(0, 63))
-    def interrupt_at_points(self, window: int) -> None:
-        """KeyboardInterrupt at each of POINTS_PER_RULE consecutive points of a blocking echo
-        where CPython can raise it (window ``window`` of the call's distinct points, one run
-        each: chaos.interrupt_sweep); after each, no lock of the executor is held."""
-        from chaos import interrupt_sweep as sweep
-
-        def call() -> Any:
-            return self.ex.collective_rpc("echo", args=("point",), timeout=5.0)
-
-        roots = sweep.code_roots(self.ex)
-        if self._points is None:
-            counter = sweep.Tracer(roots, None)
-            assert sweep.traced(counter, call) is None, "the echo to sweep failed by itself"
-            self._points = list(counter.seen)
-        first = window * POINTS_PER_RULE % len(self._points)
-        for target in self._points[first:first + POINTS_PER_RULE]:
-            tracer = sweep.Tracer(roots, target)
-            raised = sweep.traced(tracer, call)
-            if tracer.fired:
-                assert isinstance(raised, KeyboardInterrupt), (
-                    f"KeyboardInterrupt at {target}: the caller got {raised!r}")
-            held = sweep.held_locks(self.ex.caller_locks())
-            assert not held, f"KeyboardInterrupt at {target} left lock(s) {held} held"
 
     @precondition(lambda self: not self.model.stopped)
     @rule()
@@ -242,6 +216,42 @@ class OutsideReaperMachine(SurroundingsMachine):
         finally:
             if self.reaper is not None:
                 self.reaper.stop()
+
+
+class InterruptPointsMachine(SurroundingsMachine):
+    """SurroundingsMachine plus Ctrl-C at every point of a call (issue 25): a machine of its
+    own, so that the other hunts keep their rule set and their budgets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._points: list[str] | None = None  # the swept echo's points, found once
+
+    @precondition(lambda self: not self.model.stopped and self.model.failed_at is None)
+    @rule(window=st.integers(0, 63))
+    def interrupt_at_points(self, window: int) -> None:
+        """KeyboardInterrupt at each of POINTS_PER_RULE consecutive points of a blocking echo
+        where CPython can raise it (window ``window`` of the call's distinct points, one run
+        each: chaos.interrupt_sweep); after each, no lock of the executor is held."""
+        from chaos import interrupt_sweep as sweep
+
+        def call() -> Any:
+            return self.ex.collective_rpc("echo", args=("point",), timeout=5.0)
+
+        roots = sweep.code_roots(self.ex)
+        if self._points is None:
+            counter = sweep.Tracer(roots, None)
+            assert sweep.traced(counter, call) is None, "the echo to sweep failed by itself"
+            self._points = list(counter.seen)
+        first = window * POINTS_PER_RULE % len(self._points)
+        for target in self._points[first:first + POINTS_PER_RULE]:
+            tracer = sweep.Tracer(roots, target)
+            raised = sweep.traced(tracer, call)
+            if tracer.fired:
+                assert isinstance(raised, KeyboardInterrupt), (
+                    f"KeyboardInterrupt at {target}: the caller got {raised!r}")
+                self._stream_cut = True  # it may have cut a write (see damage_next_request)
+            held = sweep.held_locks(self.ex.caller_locks())
+            assert not held, f"KeyboardInterrupt at {target} left lock(s) {held} held"
 
 
 def _interrupted_call(fn: Any, delay: float) -> tuple[Any, BaseException | None]:

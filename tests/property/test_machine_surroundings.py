@@ -24,7 +24,7 @@ from hypothesis_profiles import PROFILE, scaled
 
 import executor.shm_queue
 import executor.stopping
-from chaos.machine_rules import SurroundingsMachine
+from chaos.machine_rules import InterruptPointsMachine, SurroundingsMachine
 from chaos.mutants import LocksBeforeTry
 from executor import MultiprocExecutor
 
@@ -35,7 +35,7 @@ from executor import MultiprocExecutor
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-class ForkSurroundings(SurroundingsMachine):
+class ForkSurroundings(InterruptPointsMachine):
     start_method = "fork"
 
 
@@ -83,7 +83,8 @@ def _machine(executor_class: type[MultiprocExecutor]) -> type[SurroundingsMachin
 
 SurroundingsOnSkipsChecksum = _machine(SkipsChecksum)
 SurroundingsOnNoSigkill = _machine(NoSigkill)
-SurroundingsOnLocksBeforeTry = _machine(LocksBeforeTry)
+SurroundingsOnLocksBeforeTry = type("SurroundingsOnLocksBeforeTry", (InterruptPointsMachine,), {
+    "executor_class": LocksBeforeTry, "slack_s": 0.5, "detect_s": 0.5, "__module__": __name__})
 
 
 @pytest.mark.parametrize(("machine", "symptom"), [

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _stats import markdown_table, percentile, write_section  # noqa: E402
+from _stats import markdown_table, percentile, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("RESULTS.md")

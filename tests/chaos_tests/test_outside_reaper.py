@@ -61,7 +61,15 @@ def test_a_death_under_an_outside_reaper_is_named(tmp_path, mode, start_method):
     assert result.shutdown_s is not None and result.shutdown_s < 1.5
 
 
-@pytest.mark.parametrize("mode", REAPER_MODES)
+# "reap" races a reaper thread that polls every 2 ms against the mutant's own waitpid: when
+# the mutant reaps first it behaves like a correct executor and there is nothing to catch
+# (seen in 2 of 3 runs on a loaded machine).  "ignore" (the kernel reaps) is deterministic.
+_RACY_REAP = pytest.mark.xfail(strict=False, reason="the mutant's own waitpid may win the race "
+                               "against the 2 ms reaper thread: then nothing was reaped elsewhere")
+MUTANT_MODES = [pytest.param(m, marks=_RACY_REAP) if m == "reap" else m for m in REAPER_MODES]
+
+
+@pytest.mark.parametrize("mode", MUTANT_MODES)
 def test_the_outside_reaper_catches_an_executor_that_trusts_waitpid(tmp_path, mode):
     """Alone: shutdown waits out every grace for workers already reaped, and leaks their fds."""
     plan = FaultPlan([OutsideReaper(at=0.0, mode=mode)], seed=4)
@@ -71,7 +79,7 @@ def test_the_outside_reaper_catches_an_executor_that_trusts_waitpid(tmp_path, mo
     assert {"shutdown", "leak"} <= found, result.violations
 
 
-@pytest.mark.parametrize("mode", REAPER_MODES)
+@pytest.mark.parametrize("mode", MUTANT_MODES)
 def test_the_outside_reaper_catches_a_death_the_broken_executor_misreports(tmp_path, mode):
     """With a death: reported late (the failure path's shutdown waits out every grace
     before the callbacks run), its fds leaked, and, when the kernel reaped it, "still running"."""

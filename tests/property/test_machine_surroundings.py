@@ -122,19 +122,15 @@ def test_a_stubborn_worker_needs_sigkill(machine: type[SurroundingsMachine], esc
         state.teardown()
 
 
-# Short runs, shrinking capped: a wedged lock makes every shrink candidate's later steps wait.
-POINT_HUNT = settings(HUNT, max_examples=60, stateful_step_count=4)
-
-
-def test_interrupt_points_rule_finds_a_lock_taken_before_its_try(monkeypatch: pytest.MonkeyPatch) -> None:
-    """chaos.mutants.LocksBeforeTry (the round-3 Ctrl-C wedge): interrupt_at_points finds it."""
-    from hypothesis.internal.conjecture import engine
-
-    if hasattr(engine, "MAX_SHRINKING_SECONDS"):
-        monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", 15)
-    t0 = time.monotonic()
-    with pytest.raises((AssertionError, Flaky)) as info:
-        run_state_machine_as_test(SurroundingsOnLocksBeforeTry, settings=POINT_HUNT)
-    print(f"\n--- LocksBeforeTry: found and shrunk in {time.monotonic() - t0:.1f} s ---")
-    text = "\n".join([str(info.value), *map(str, getattr(info.value, "exceptions", ()))])
-    assert re.search(r"left lock\(s\) \['reply_lock'\] held", text), f"found another bug first: {text}"
+def test_interrupt_points_rule_finds_a_lock_taken_before_its_try() -> None:
+    """chaos.mutants.LocksBeforeTry (the round-3 Ctrl-C wedge): the interrupt_at_points rule,
+    stepped through its windows as a hunt would, names the lock left held.  Written out, not
+    hunted: which points a call passes varies from run to run, which Hypothesis reports as
+    inconsistent data generation rather than the bug."""
+    state = SurroundingsOnLocksBeforeTry()
+    try:
+        with pytest.raises(AssertionError, match=r"left lock\(s\) \['reply_lock'\] held"):
+            for window in range(64):
+                state.interrupt_at_points(window=window)
+    finally:
+        state.teardown()

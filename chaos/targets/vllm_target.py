@@ -21,21 +21,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from chaos.targets.base import FAULT_KINDS, Launch, Target, WorkloadSpec
+from chaos.targets.vllm_driver import DEFAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).resolve().with_name("vllm_driver.py")
 INSTALL = "scripts/install_vllm_target.sh"
-# Settings the driver needs; the caller's own values win.  VLLM_CPU_OMP_THREADS_BIND, unless
-# set, is computed by the driver (one CPU group per rank).
-DRIVER_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "PYTHONUNBUFFERED": "1",
-}
+# Settings the driver needs (its own defaults, one list); the caller's own values win.
+# VLLM_CPU_OMP_THREADS_BIND, unless set, is computed by the driver (one CPU group per rank).
+DRIVER_ENV = {**DEFAULT_ENV, "PYTHONUNBUFFERED": "1"}
 # The main venv's settings must not leak into vLLM's interpreter.
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 _HAS_VLLM = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"

@@ -224,6 +224,12 @@ def planned_faults_fired(record: TargetRecord, expected: Expected = None) -> lis
     if record.fault.get("error"):
         return [Violation("unfired", f"{record.fault_kind} could not be applied: "
                                      f"{record.fault['error']}")]
+    if (record.mid_work and record.done_ns is not None
+            and record.done_ns < (record.fault_ns() or 0)):
+        return [Violation("unfired", f"{record.fault_kind} was meant to land mid-work but came "
+                                     f"after the last call returned (the observer read events up "
+                                     f"to {record.observer_lag_ms:g} ms late): the run tested "
+                                     "nothing of it")]
     if record.fault_kind == "kill_driver" and record.fault.get("alive_at_fault") == []:
         return [Violation("unfired", "kill_driver hit a driver whose other processes had all "
                                      f"exited already ({record.fault.get('late_s')} s after its "

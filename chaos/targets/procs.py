@@ -7,13 +7,19 @@
       poll_exits(now)          the first moment each process was seen gone (or a zombie)
       statuses()               psutil status of each, for a hang's report
       kill_all()               SIGKILL (and SIGCONT) every live one: nothing outlives a run
+    Scanner(tree, every_s)     discover() and held_shm() on a thread of its own, every every_s
+                               (reading a big tree's /proc/PID/maps took up to 1.7 s on a
+                               loaded machine: on the observer's loop it delayed every event)
     held_shm(pids)             /dev/shm names the processes map or hold open
     shared_segments(pids)      shared writable mappings of /dev/shm files and memfds
     damage(segment, data)      overwrite bytes of one through /proc/PID/mem
 
 Invariants: a process is known by pid *and* create time (psutil.Process), so a recycled pid
 is never signalled; the driver's session (it starts with ``start_new_session``) is the
-fence: a process the driver started stays in it unless it left on purpose.
+fence: a process the driver started stays in it unless it left on purpose.  The tree is
+shared by the observer's loop and its Scanner without a lock: procs only grows, entries are
+added with ``setdefault`` (a named entry is never replaced by a "helper"), and every walk
+iterates a snapshot (``list(...)``, taken in one step under the GIL).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -79,8 +86,11 @@ class ProcessTree:
             else:
                 self.procs[pid] = Proc(str(entry.get("role", "helper")), rank, pid, _handle(pid))
 
+    def snapshot(self) -> list[Proc]:
+        return list(self.procs.values())
+
     def find(self, role: str, rank: int | None) -> Proc | None:
-        return next((p for p in self.procs.values() if p.role == role and
+        return next((p for p in self.snapshot() if p.role == role and
                      (rank is None or p.rank == rank)), None)
 
     def discover(self) -> None:
@@ -90,8 +100,7 @@ class ProcessTree:
         except psutil.Error:
             return
         for child in children:
-            if child.pid not in self.procs:
-                self.procs[child.pid] = Proc("helper", None, child.pid, child)
+            self.procs.setdefault(child.pid, Proc("helper", None, child.pid, child))
 
     def discover_session(self) -> None:
         """Processes still in the driver's session that ``discover`` never saw."""
@@ -100,28 +109,28 @@ class ProcessTree:
                 continue
             try:
                 if os.getsid(proc.pid) == self.driver_pid:
-                    self.procs[proc.pid] = Proc("helper", None, proc.pid, proc)
+                    self.procs.setdefault(proc.pid, Proc("helper", None, proc.pid, proc))
             except OSError:
                 continue
 
     def poll_exits(self, now_ns: int) -> None:
-        for proc in self.procs.values():
+        for proc in self.snapshot():
             if proc.exit_ns is None and not proc.alive():
                 proc.exit_ns = now_ns
 
     def others(self) -> list[Proc]:
-        return [p for p in self.procs.values() if p.pid != self.driver_pid]
+        return [p for p in self.snapshot() if p.pid != self.driver_pid]
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs.values() if p.exit_ns is None]
+        return [p.pid for p in self.snapshot() if p.exit_ns is None]
 
     def statuses(self) -> list[dict[str, Any]]:
         return [{"role": p.role, "rank": p.rank, "pid": p.pid, "status": p.state()}
-                for p in self.procs.values()]
+                for p in self.snapshot()]
 
     def kill_all(self) -> list[int]:
         killed = []
-        for proc in self.procs.values():
+        for proc in self.snapshot():
             if proc.handle is not None and proc.alive():
                 try:
                     proc.handle.send_signal(signal.SIGKILL)
@@ -132,6 +141,30 @@ class ProcessTree:
         while time.monotonic() < deadline and any(self.procs[p].alive() for p in killed):
             time.sleep(0.01)
         return killed
+
+
+class Scanner:
+    """``tree.discover()`` and the /dev/shm names the tree holds, every ``every_s``, on a
+    daemon thread: the observer's event loop never waits for /proc."""
+
+    def __init__(self, tree: ProcessTree, every_s: float) -> None:
+        self._tree, self._every_s = tree, every_s
+        self._stop = threading.Event()
+        self.held: frozenset[str] = frozenset()
+        self._thread = threading.Thread(target=self._run, name="target-scanner", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self._tree.discover()
+            self.held = self.held | held_shm(self._tree.pids())
 
 
 # ---------------------------------------------------------------- shared memory

@@ -71,6 +71,10 @@ class TargetRecord:
     stderr_tail: str = ""
     wall_s: float = 0.0
     bounds: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The fault's clock starts at the k-th invoke: it is meant to land while calls run.
+    mid_work: bool = False
+    # The longest an event waited between the driver writing it and the observer reading it.
+    observer_lag_ms: float = 0.0
 
     def fault_ns(self) -> int | None:
         return None if self.fault is None else self.fault.get("time_ns")
@@ -127,7 +131,8 @@ class TargetRun:
         self.record = TargetRecord(target.name, scenario.name, seed, scenario.fault,
                                    self.spec.to_json(), bounds={
                                        "bound_s": scenario.bound_s, "detect_s": scenario.detect_s,
-                                       "exit_s": scenario.exit_s})
+                                       "exit_s": scenario.exit_s},
+                                   mid_work=scenario.after_invoke is not None)
         self._child: subprocess.Popen[bytes] | None = None
         self._tree: procs.ProcessTree | None = None
         self._due: float | None = None  # monotonic time of the fault, once its trigger came
@@ -138,7 +143,7 @@ class TargetRun:
         self._hang_since: float | None = None
         self._done_mono: float | None = None
         self._held: set[str] = set()
-        self._last_scan = 0.0
+        self._scanner: procs.Scanner | None = None
 
     # ------------------------------------------------------------ the run
 
@@ -203,6 +208,8 @@ class TargetRun:
         self.record.started, self.record.ready_ns = True, event["t"]
         self._tree.name(event.get("procs", []))
         self._tree.discover()
+        self._scanner = procs.Scanner(self._tree, _SCAN_EVERY_S)
+        self._scanner.start()
         if self.scenario.after_invoke is None and not self._idle_kill():
             self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
 
@@ -219,7 +226,6 @@ class TargetRun:
             for event in reader.read(wait):
                 self._on_event(event)
             self._tree.poll_exits(time.time_ns())
-            self._scan()
             self._fire_due()
             self._resume_after_bound()
             if self._child.poll() is not None:
@@ -247,6 +253,9 @@ class TargetRun:
 
     def _on_event(self, event: dict[str, Any]) -> None:
         kind, call_id = event["ev"], event.get("id")
+        if isinstance(event.get("t"), int):
+            lag_ms = (event["rt"] - event["t"]) / 1e6
+            self.record.observer_lag_ms = round(max(self.record.observer_lag_ms, lag_ms), 1)
         if kind == "invoke" and isinstance(call_id, int):
             self.record.calls[call_id] = {"what": event.get("what"), "invoke_ns": event["t"],
                                           "end_ns": None, "outcome": "pending"}
@@ -267,15 +276,6 @@ class TargetRun:
             self.record.done_ns, self._done_mono = event["t"], time.monotonic()
             if self._idle_kill():
                 self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
-
-    def _scan(self) -> None:
-        """Now and then: new descendants, and the /dev/shm names the tree holds."""
-        assert self._tree is not None
-        if time.monotonic() - self._last_scan < _SCAN_EVERY_S:
-            return
-        self._last_scan = time.monotonic()
-        self._tree.discover()
-        self._held |= procs.held_shm(self._tree.pids())
 
     # ------------------------------------------------------------ the fault
 
@@ -406,6 +406,9 @@ class TargetRun:
 
     def _finish(self, shm_before: set[str], tmp_before: set[str]) -> None:
         assert self._child is not None and self._tree is not None
+        if self._scanner is not None:
+            self._scanner.stop()
+            self._held |= self._scanner.held
         self._resume_after_bound(now_anyway=True)  # a stopped process cannot exit by itself
         if self._child.poll() is None:
             self._end_driver(self.record.ended_by or "deadline")
@@ -422,7 +425,7 @@ class TargetRun:
         self._held |= procs.held_shm([p.pid for p in tree.others() if p.alive()])
         tree.kill_all()
         tree.poll_exits(time.time_ns())
-        self.record.procs = [p.to_json() for p in tree.procs.values()]
+        self.record.procs = [p.to_json() for p in tree.snapshot()]
         self.record.leftovers = self._leftovers(shm_before, tmp_before)
         self.record.stderr_tail = _tail(self.out / "driver.log")
 

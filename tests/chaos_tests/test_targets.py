@@ -150,7 +150,7 @@ for i in range(spec["calls"]):
             report.fail(i, RuntimeError(f"worker pid {dead[0].pid} died"))
             report.error(RuntimeError(f"worker pid {dead[0].pid} died"))
             break
-    else:
+    elif mode != "sprint":  # "sprint": every call returns at once, then the driver lingers
         time.sleep(spec["call_s"])
     values = [call_value(i, r) for r in range(spec["ranks"])]
     if mode == "wrong" and i == 3:
@@ -160,6 +160,8 @@ for i in range(spec["calls"]):
     else:
         report.ok(i, values)
 report.done()
+if mode == "sprint":
+    time.sleep(1.0)
 '''
 
 
@@ -209,6 +211,8 @@ BROKEN = [  # (broken driver, scenario, the invariant that must catch it, words 
     ("nostart", scenario("fault-free"), "start", "before ready"),
     ("nolaunch", scenario("fault-free"), "start", "could not be started"),
     ("fast_exit", scenario("kill", "kill", rank=1, **MID_WORK), "unfired", "never fired"),
+    ("sprint", scenario("kill-driver", "kill_driver", **MID_WORK), "unfired",
+     "meant to land mid-work but came after the last call returned"),
 ]
 
 

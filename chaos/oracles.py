@@ -14,7 +14,7 @@
         │                       asks and the executor never fails (a failure nothing
         │                       planned is a finding, never a pass)
         ├─ planned_faults_fired every planned fault fired, unless declared may_not_fire
-        └─ chaos.oracles_around what surrounds the executor: declared call outcomes,
+        └─ chaos.edge_oracles   the edges of its use: declared call outcomes,
                                 Ctrl-C, forks, back-pressure, a callback on every failure
 
 A timed-out or killed call "may or may not have happened": it is never wrong to raise a
@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from chaos import oracles_around
+from chaos import edge_oracles
 from chaos.outcomes import Outcome
 from chaos.recording import UNKNOWN, CallRecord, requested_error
 from chaos.run_record import Bounds, RunRecord, Violation  # noqa: F401 - Bounds: re-exported
@@ -50,7 +50,7 @@ def results_correct(run: RunRecord) -> list[Violation]:
     for c in run.calls:
         where = f"call {c.index} {c.method}{_args(c)}"
         if c.expect_errors is not None or (interrupted and c.error_type == "KeyboardInterrupt"):
-            continue  # judged by oracles_around.declared_outcomes / interrupts_contained
+            continue  # judged by edge_oracles.declared_outcomes / interrupts_contained
         if c.outcome == "pending" and c.non_block:
             out.append(Violation("results", f"{where}: its future never resolved"))
         elif c.outcome == "error" and c.error_type not in DOCUMENTED_ERRORS:
@@ -238,7 +238,7 @@ def planned_faults_fired(run: RunRecord) -> list[Violation]:
 ALL_ORACLES: tuple[Oracle, ...] = (
     results_correct, deadlines_met, failure_detected, callback_once, futures_in_order,
     nothing_leaked, shutdown_bounded, never_hung, outcome_matches, fault_free_stays_fault_free,
-    planned_faults_fired, *oracles_around.ORACLES,
+    planned_faults_fired, *edge_oracles.ORACLES,
 )
 
 

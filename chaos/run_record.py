@@ -1,6 +1,6 @@
 """What the oracles read and report: a recorded run and its violations.
 
-    chaos.scenario ──records──► RunRecord ──► chaos.oracles / chaos.oracles_around ──► [Violation]
+    chaos.scenario ──records──► RunRecord ──► chaos.oracles / chaos.edge_oracles ──► [Violation]
 
 Shared by both oracle modules (and the suites' reports), so neither imports the other's
 records: the oracles import this module, and ``chaos.oracles`` lists the around-oracles.

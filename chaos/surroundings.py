@@ -8,7 +8,7 @@
     worker   points ── fork_in_worker ──► fork a lingering grandchild (ctl/strays), SIGKILL self
              points ── interrupt_driver (mid_reply) ──► SIGINT to ctl/driver.pid
     methods  raise_hostile / return_hostile / cap_memory / allocate: callables for
-             ``collective_rpc`` (the workloads in chaos.workloads_around use them)
+             ``collective_rpc`` (the workloads in chaos.edge_workloads use them)
 
 Invariants: a forked child never returns into the caller's stack (it leaves by
 ``os._exit`` after the atexit handlers, so the test runner's frames never run twice);

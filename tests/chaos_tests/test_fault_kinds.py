@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import pytest
 
-from chaos import oracles_around
+from chaos import edge_oracles
 from chaos.faults import KINDS, Fault, PlanError, fault_class, fault_from_dict, kinds_where, signal_name
 from chaos.injector import Injector
 from chaos.outcomes import Outcome, outcome_for
@@ -29,8 +29,8 @@ def test_every_kind_says_what_it_means(kind: str) -> None:
 
 
 def test_the_sets_the_checks_use_come_from_the_kinds() -> None:
-    assert frozenset(kinds_where(stops_readers=True)) == oracles_around._STOP_READERS
-    assert "kill_worker" in oracles_around._FATAL_KINDS and "hang_worker" not in oracles_around._FATAL_KINDS
+    assert frozenset(kinds_where(stops_readers=True)) == edge_oracles._STOP_READERS
+    assert "kill_worker" in edge_oracles._FATAL_KINDS and "hang_worker" not in edge_oracles._FATAL_KINDS
     assert SIGNAL_KINDS == ("kill_worker", "term_worker", "hang_worker")  # SIGCONT undoes, not breaks
     assert outcome_for(fault_class("kill_driver")()) == Outcome.EXIT_CLEAN
 

@@ -73,7 +73,7 @@ def test_a_worker_death_is_seen_whatever_its_grandchild_holds(tmp_path):
 
 @pytest.mark.parametrize("workload", ["burst", "callback_chaos", "hostile_values", "fd_limit",
                                       "memory_cap"])
-def test_workloads_around_the_executor_pass(tmp_path, workload):
+def test_edge_workloads_pass(tmp_path, workload):
     result = run_scenario(_cfg(enqueue_timeout=10.0), BUILTIN[workload], FaultPlan([], seed=2),
                           tmp_path)
     assert real_violations(result) == []

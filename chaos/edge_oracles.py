@@ -1,4 +1,5 @@
-"""Oracles for what surrounds the executor (issue 11): each returns its violations.
+"""Oracles for the edges of the executor's use (hostile values, Ctrl-C, fork, backpressure,
+callbacks, deaths reaped by others), issue 11: each returns its violations.
 
     RunRecord ─┬─ declared_outcomes     a call the workload declared (hostile values, callbacks,
                │                        resource exhaustion) ended as declared

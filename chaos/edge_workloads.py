@@ -1,6 +1,6 @@
-"""Workloads for what surrounds the executor: bursts, callbacks, hostile values, Ctrl-C
+"""Workloads at the edges of the executor's use: bursts, callbacks, hostile values, Ctrl-C
 mid-stream, and exhausted resources.  Each declares what its calls must end in
-(``expect_errors`` / ``check`` on the recording proxy); ``chaos.oracles_around`` judges.
+(``expect_errors`` / ``check`` on the recording proxy); ``chaos.edge_oracles`` judges.
 
     burst / burst_10k   N outstanding non_block calls, payloads small, 64 KiB and 1 MiB:
                         every one completes in order with its own result, no QueueFullError
@@ -297,7 +297,7 @@ def memory_cap(ex: RecordingExecutor) -> None:
                check="exhaustion")
 
 
-AROUND: dict[str, Workload] = {
+EDGE: dict[str, Workload] = {
     "burst": burst_of(200), "burst_10k": burst_of(10_000), "callback_chaos": callback_chaos,
     "done_callbacks": _done_callbacks_call, "failure_callbacks": _raising_failure_callback,
     "hostile_values": hostile_values, "interrupt_stream": interrupt_stream,

@@ -98,6 +98,9 @@ class RecordedSpan:
     # Truncated by the executor's own orderly stop (a survivor shut down after a failure),
     # not by a failure of its own: exports do not mark it as an error.
     stopped: bool = False
+    # Spans that exist only in the told story (``telemetry.failure_marks``: the victim's row
+    # in a failed RPC's trace), exported right after this span; never in ``load_run``'s rows.
+    story_spans: list[RecordedSpan] = dataclasses.field(default_factory=list)
 
     @property
     def failed(self) -> bool:

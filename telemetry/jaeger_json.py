@@ -18,8 +18,9 @@ detected death, else its last record) and carries a warning, ``faultlab.truncate
 ``faultlab.truncated.reason``.  Spans carry ``span.kind`` (client/server/producer/consumer);
 links (fault, detection) are ``FOLLOWS_FROM`` references.  An integer beyond 2^53 (a
 nanosecond timestamp) becomes a string tag: browsers would round it.  A worker's span name
-ends in ``[rank N]`` and its process is ``faultlab worker rank N`` in the service's
-instance tag, so each timeline row says which rank it ran on.
+ends in ``[rank N]`` and each process is its own service (``faultlab driver``, ``faultlab
+worker rank N``: ``telemetry.naming``), so each timeline row says where it ran, in colour.
+A failed RPC's ``story_spans`` (the victim's row, ``telemetry.failure_marks``) join its trace.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from collections import defaultdict
 from typing import Any
 
 from telemetry.assemble import ProcessInfo, RecordedSpan
+from telemetry.naming import display_name, export_attributes, instance_id, service_name
 from telemetry.otel import TRUNCATED_MESSAGE, truncated_message
-from telemetry.story import display_name, export_attributes
 
 _MAX_SAFE_INT = (1 << 53) - 1
 
@@ -52,17 +53,13 @@ def tag(key: str, value: Any) -> dict[str, Any]:
 def _process_tags(proc: ProcessInfo) -> list[dict[str, Any]]:
     tags = [tag("process.pid", proc.pid), tag("faultlab.role", proc.role),
             tag("faultlab.incarnation", f"{proc.incarnation:016x}"),
-            tag("service.instance.id", _instance(proc))]
+            tag("service.instance.id", instance_id(proc)),
+            tag("service.namespace", proc.service)]
     if proc.host:
         tags.append(tag("host.name", proc.host))
     if proc.rank is not None:
         tags.append(tag("faultlab.rank", proc.rank))
     return tags
-
-
-def _instance(proc: ProcessInfo) -> str:
-    rank = "" if proc.rank is None or proc.role == "driver" else f" rank {proc.rank}"
-    return f"{proc.role}{rank} pid {proc.pid}"
 
 
 def _span_tags(span: RecordedSpan) -> list[dict[str, Any]]:
@@ -111,6 +108,7 @@ def to_jaeger(spans: list[RecordedSpan]) -> dict[str, Any]:
     by_trace: dict[int, list[RecordedSpan]] = defaultdict(list)
     for span in spans:
         by_trace[span.trace_id].append(span)
+        by_trace[span.trace_id].extend(span.story_spans)  # a failed RPC's victim rows
     data: list[dict[str, Any]] = []
     for trace_id, members in by_trace.items():
         members.sort(key=lambda s: s.start_ns)
@@ -121,7 +119,7 @@ def to_jaeger(spans: list[RecordedSpan]) -> dict[str, Any]:
             "traceID": f"{trace_id:032x}",
             "spans": [jaeger_span(s, process_ids[s.process]) for s in members],
             "processes": {
-                pid: {"serviceName": proc.service, "tags": _process_tags(proc)}
+                pid: {"serviceName": service_name(proc), "tags": _process_tags(proc)}
                 for proc, pid in process_ids.items()
             },
             "warnings": None,

@@ -13,15 +13,18 @@ Invariants:
 - Ids, parents, times, attributes, events and status are exactly the recorded ones; a
   span its process never ended is exported ending at the journal's last timestamp with
   ``faultlab.truncated = true`` and status ERROR, so it stands out in Jaeger.
-- One ``Resource`` per process incarnation: ``service.name``, ``process.pid``,
-  ``faultlab.role``, ``faultlab.rank``, plus ``OTEL_RESOURCE_ATTRIBUTES``.  The SDK's
+- One ``Resource`` per process incarnation: ``service.name`` per role (``faultlab driver``,
+  ``faultlab worker rank 1``; the configured name is ``service.namespace``),
+  ``service.instance.id`` (``worker rank 1 pid 4242``, as in the Jaeger JSON),
+  ``process.pid``, ``faultlab.role``, ``faultlab.rank``, plus ``OTEL_RESOURCE_ATTRIBUTES``.
+  A failed RPC's ``story_spans`` (the victim's row) are exported after it.  The SDK's
   ``Resource.create`` (detectors, environment) runs once, in ``base_resource()``; each
   process's resource is that base merged with its own attributes, which starts no thread
   and so also works while the interpreter exits (``Resource.create`` starts a thread pool,
   which fails once shutdown began).
 - A span's kind is the one ``telemetry.story`` gave it (a ``span.kind`` attribute wins);
   its parent is remote only when recorded by another process; a worker's span name shows
-  its rank (``story.display_name``) and every span of a ranked process has ``faultlab.rank``.
+  its rank (``naming.display_name``) and every span of a ranked process has ``faultlab.rank``.
 - A truncated span ends at its process's best-known death (``RecordedSpan.shown_end_ns``)
   with ``faultlab.truncated.reason``.
 """
@@ -40,7 +43,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceFlags
 
 from telemetry.assemble import ProcessInfo, RecordedSpan
-from telemetry.story import display_name, export_attributes
+from telemetry.naming import display_name, export_attributes, instance_id, service_name
 
 SCOPE = InstrumentationScope("faultlab.telemetry", "0.1.0")
 BATCH_SIZE = 512
@@ -69,13 +72,14 @@ def base_resource() -> Resource:
 def resource_for(process: ProcessInfo, base: Resource | None = None) -> Resource:
     """``process``'s resource; ``base`` is a ``base_resource()`` built earlier."""
     attributes: dict[str, str | int] = {
-        "service.name": process.service,
+        "service.name": service_name(process),  # per role: "faultlab worker rank 1"
+        "service.namespace": process.service,
         "process.pid": process.pid,
         "host.name": process.host or _HOST,  # recorded in the journal; older ones: here
         "faultlab.role": process.role,
         "faultlab.incarnation": f"{process.incarnation:016x}",
-        # Stable across replays of a run (Resource.create would draw a fresh uuid).
-        "service.instance.id": f"{process.incarnation:016x}",
+        # As in every export, and stable across replays (Resource.create draws a uuid).
+        "service.instance.id": instance_id(process),
     }
     if process.rank is not None:
         attributes["faultlab.rank"] = process.rank
@@ -120,7 +124,7 @@ def to_readable_spans(
     base = base_resource() if base is None else base
     resources = {} if resources is None else resources
     out = []
-    for span in spans:
+    for span in (s for told in spans for s in (told, *told.story_spans)):
         resource = resources.get(span.process)
         if resource is None:
             resource = resources[span.process] = resource_for(span.process, base)

@@ -160,7 +160,9 @@ def _told_detections(events: pd.DataFrame) -> dict[str, dict[str, Any]]:
         attrs: Mapping[str, Any] = event.attributes or {}
         key = str(attrs.get("faultlab.fault.span_id", ""))
         if key and key not in told:
-            told[key] = {"time_ns": int(event.time_ns), "by": str(attrs.get("faultlab.detection.by")),
+            raw = _as_int(attrs.get("faultlab.detection.raw_time_ns"))  # the event may sit
+            told[key] = {"time_ns": raw or int(event.time_ns),  # at its RPC's edge
+                         "by": str(attrs.get("faultlab.detection.by")),
                          "detector": _as_int(attrs.get("faultlab.detection.pid"))}
     return told
 

@@ -39,15 +39,22 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable
 from typing import Any
 
-from telemetry.assemble import RecordedEvent, RecordedSpan
+from telemetry.assemble import ProcessInfo, RecordedSpan
+from telemetry.failure_marks import (
+    FAULT,
+    FaultInfo,
+    Sign,
+    mark_fault_span,
+    mark_recovery,
+    mark_rpc,
+)
 from telemetry.links import add_link, linked, take_links
+from telemetry.naming import STEP_FAILED, error_type
 
-FAULT, DETECTION = "chaos.fault", "faultlab.detection"
 DEATHS = ("executor.worker_death", "executor.node_lost")
 KILLING = ("kill_worker", "term_worker", "kill_driver", "kill_node")
 _KIND_PREFIXES = (
@@ -55,53 +62,15 @@ _KIND_PREFIXES = (
     ("worker.reply_enqueue", "producer"), ("worker.dequeue", "consumer"),
     ("executor.dequeue", "consumer"),
 )
-_FAULT_KEYS = ("kind", "phase", "mode", "signal", "seed", "msg_id", "method", "by", "index")
 _LOST_REASON = "the process ended before this span ended"
 STOPPED = "worker.death_pipe_eof"  # a worker saw the executor close its death pipe
 _STOPPED_REASON = ("stopped by the executor's own shutdown (death pipe closed) before it "
                    "ended: cut short, not failed")
 RESTART, RECOVERY_SPANS = "executor.restart", ("executor.restart", "engine.recovery",
                                                 "engine.rebuild")
-_LINK_PARENTS = ("engine.step", "engine.recovery")  # their children share their request links
+STEP = "engine.step"
+_LINK_PARENTS = (STEP, "engine.recovery")  # their children share their request links
 _MAX_LINK_PARENTS = 4096  # link parents remembered across live-export passes
-
-
-@dataclasses.dataclass
-class FaultInfo:
-    span: RecordedSpan
-    kind: str
-    rank: int | None
-    pid: int | None
-    time_ns: int
-    detection: Sign | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.span.span_id:016x}"
-
-    def attributes(self) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"faultlab.fault.kind": self.kind,
-                                 "faultlab.fault.span_id": self.key}
-        if self.rank is not None:
-            attrs["faultlab.fault.rank"] = self.rank
-        if self.pid is not None:
-            attrs["faultlab.fault.pid"] = self.pid
-        for key in _FAULT_KEYS[1:]:
-            value = self.span.attributes.get(f"chaos.{key}")
-            if value is not None:
-                attrs[f"faultlab.fault.{key}"] = value
-        return attrs
-
-
-@dataclasses.dataclass
-class Sign:
-    """A sign that the driver noticed a failure: a death point span or an RPC's error."""
-
-    span: RecordedSpan
-    time_ns: int
-    by: str
-    pid: int | None
-    ranks: tuple[int, ...]
 
 
 class Story:
@@ -114,6 +83,7 @@ class Story:
         self.stops: dict[int, int] = {}  # pid -> when it saw the executor stop it (first)
         self._seen: set[int] = set()
         self._link_parents: dict[int, RecordedSpan] = {}
+        self.processes: dict[int, ProcessInfo] = {}  # pid -> process, the victims' rows
 
     def tell(self, spans: list[RecordedSpan]) -> list[RecordedSpan]:
         for span in spans:
@@ -126,19 +96,21 @@ class Story:
         by_trace: dict[int, list[RecordedSpan]] = {}
         for span in spans:
             by_trace.setdefault(span.trace_id, []).append(span)
+        for span in spans:  # first: where a cut span's bar ends decides what a fault hit
+            if span.truncated:
+                self._place_death(span)
         here = {id(s) for s in spans}
         for fault in self.faults:
             self._mark_fault(fault, id(fault.span) in here, rpcs, by_trace)
         for span in spans:
             if span.name in RECOVERY_SPANS:
                 self._mark_recovery(span)
-            if span.truncated:
-                self._place_death(span)
         return spans
 
     # ------------------------------------------------------------ collecting
 
     def _collect(self, span: RecordedSpan) -> None:
+        self.processes.setdefault(span.process.pid, span.process)
         if span.span_id in self._seen:
             return
         attrs = span.attributes
@@ -165,7 +137,7 @@ class Story:
             self._seen.add(span.span_id)
             error = next((e for e in span.events if e.name == "exception"), None)
             when = error.time_ns if error is not None else span.end_ns
-            by = str(span.attributes.get("error.type") or _error_type(span))
+            by = str(span.attributes.get("error.type") or error_type(span))
             self.signs.append(Sign(span, when, by, None, ()))
 
     def _pair(self) -> None:
@@ -181,30 +153,46 @@ class Story:
         self, fault: FaultInfo, fault_here: bool, rpcs: list[RecordedSpan],
         by_trace: dict[int, list[RecordedSpan]],
     ) -> None:
-        fault_attrs = fault.attributes()
-        detection = fault.detection
-        det_attrs = _detection_attributes(fault, detection) if detection else None
+        if fault_here:
+            mark_fault_span(fault)
         restart = self._restart_after(fault)
-        if fault_here and detection is not None and det_attrs is not None:
-            _add_event(fault.span, DETECTION, detection.time_ns, det_attrs)
-            _add_link(fault.span, detection.span, "detection", fault.key)
-        for rpc in rpcs:
-            if not rpc.start_ns <= fault.time_ns <= rpc.shown_end_ns:
-                continue
-            _add_event(rpc, FAULT, fault.time_ns, fault_attrs)
-            _add_link(rpc, fault.span, "fault", fault.key)
-            if restart is not None:
-                _add_event(rpc, "faultlab.restart", restart.start_ns,
-                           _restart_attributes(fault, restart))
-                _add_link(rpc, restart, "restart", fault.key)
-            if detection is not None and det_attrs is not None:
-                _add_event(rpc, DETECTION, detection.time_ns, det_attrs)
-                if detection.span is not rpc:
-                    _add_link(rpc, detection.span, "detection", fault.key)
-            for member in by_trace.get(rpc.trace_id, ()):
-                if fault.pid is not None and member.process.pid == fault.pid:
-                    _add_event(member, FAULT, fault.time_ns, fault_attrs)
-                    _add_link(member, fault.span, "fault", fault.key)
+        victim = self._victim(fault)
+        for rpc in self._affected(fault, rpcs, restart):
+            members = by_trace.get(rpc.trace_id, [])
+            mark_rpc(rpc, fault, restart, members, victim)
+            step = next((m for m in members if m.span_id == rpc.parent_span_id
+                         and m.name == STEP), None)
+            if step is not None and rpc.failed:  # the failed step stands out in a list
+                step.attributes[STEP_FAILED] = True
+                step.status = "ERROR"
+                step.status_message = f"its {rpc.name} failed: {error_type(rpc)}"
+
+    def _affected(self, fault: FaultInfo, rpcs: list[RecordedSpan],
+                  restart: RecordedSpan | None) -> list[RecordedSpan]:
+        """The RPCs a fault failed: each failed RPC that ended after it (and after no later
+        fault), begun before the recovery that answered it was over; none that succeeded.
+        A fault nobody noticed is told on the RPCs open when it acted."""
+        recovered_ns = None if restart is None else restart.end_ns
+        failed = [r for r in rpcs if r.failed and r.shown_end_ns >= fault.time_ns
+                  and (recovered_ns is None or r.start_ns <= recovered_ns)
+                  and self._latest_fault(r.shown_end_ns) is fault]
+        if failed or fault.detection is not None:
+            return failed
+        return [r for r in rpcs if r.start_ns <= fault.time_ns <= r.shown_end_ns]
+
+    def _latest_fault(self, time_ns: int) -> FaultInfo | None:
+        return max((f for f in self.faults if f.time_ns <= time_ns),
+                   key=lambda f: f.time_ns, default=None)
+
+    def _victim(self, fault: FaultInfo) -> ProcessInfo | None:
+        """The worker process a signal fault hit (its row in the failed RPC's trace)."""
+        if fault.pid is None or fault.rank is None or fault.signal is None:
+            return None
+        known = self.processes.get(fault.pid)
+        if known is not None:
+            return known
+        return ProcessInfo(fault.pid, fault.rank, "worker", fault.span.process.service,
+                           0, fault.span.process.created_ns, fault.span.process.host)
 
     def _restart_after(self, fault: FaultInfo) -> RecordedSpan | None:
         """The first restart that began after the fault."""
@@ -218,15 +206,8 @@ class Story:
 
     def _mark_recovery(self, span: RecordedSpan) -> None:
         fault = self._cause_of(span)
-        if fault is None:
-            return
-        _add_event(span, FAULT, fault.time_ns, fault.attributes())
-        _add_link(span, fault.span, "fault", fault.key)
-        detection = fault.detection
-        if detection is not None:
-            _add_event(span, DETECTION, detection.time_ns,
-                       _detection_attributes(fault, detection))
-            _add_link(span, detection.span, "detection", fault.key)
+        if fault is not None:
+            mark_recovery(span, fault)
 
     def _inherit_links(self, spans: list[RecordedSpan]) -> None:
         """An RPC (or restart) started inside an engine step (or recovery) serves the same
@@ -281,51 +262,6 @@ def apply_conventions(span: RecordedSpan) -> None:
         span.kind = next((k for p, k in _KIND_PREFIXES if span.name.startswith(p)), span.kind)
 
 
-def export_attributes(span: RecordedSpan) -> dict[str, Any]:
-    """The attributes exporters send: the recorded ones plus the current semantic
-    conventions (``rpc.system.name``, ``rpc.method``, ``error.type``) and the rank."""
-    attrs = dict(span.attributes)
-    if "rpc.system" in attrs:
-        attrs.setdefault("rpc.system.name", attrs.pop("rpc.system"))
-    if span.name.startswith("worker.execute "):
-        attrs.setdefault("rpc.system.name", "faultlab")
-        attrs.setdefault("rpc.method", span.name.removeprefix("worker.execute "))
-    if span.status == "ERROR" and "error.type" not in attrs:
-        attrs["error.type"] = _error_type(span)
-    if span.process.rank is not None:
-        attrs.setdefault("faultlab.rank", span.process.rank)
-    return attrs
-
-
-def display_name(span: RecordedSpan) -> str:
-    """The name exporters show: a worker's spans carry their rank, so rows differ per rank."""
-    rank = span.process.rank
-    if rank is None or span.process.role == "driver":
-        return span.name
-    return f"{span.name} [rank {rank}]"
-
-
-def _error_type(span: RecordedSpan) -> str:
-    error = next((e for e in span.events if e.name == "exception"), None)
-    if error is not None and error.attributes.get("exception.type"):
-        return str(error.attributes["exception.type"])
-    outcome = span.attributes.get("faultlab.outcome")
-    if outcome:
-        return str(outcome)
-    head = span.status_message.partition(":")[0].strip()
-    return head if head.isidentifier() else "_OTHER"
-
-
-def _detection_attributes(fault: FaultInfo, sign: Sign) -> dict[str, Any]:
-    return {
-        "faultlab.fault.kind": fault.kind, "faultlab.fault.span_id": fault.key,
-        "faultlab.detection.by": sign.by,
-        "faultlab.detection.latency_ms": round((sign.time_ns - fault.time_ns) / 1e6, 6),
-        "faultlab.detection.pid": sign.span.process.pid,
-        "faultlab.fault.time_ns": str(fault.time_ns),
-    }
-
-
 def _matches(fault: FaultInfo, sign: Sign) -> bool:
     if sign.time_ns < fault.time_ns:
         return False
@@ -336,33 +272,6 @@ def _matches(fault: FaultInfo, sign: Sign) -> bool:
     if fault.pid is not None and sign.pid is not None:
         return fault.pid == sign.pid
     return fault.rank in sign.ranks
-
-
-def _add_event(span: RecordedSpan, name: str, time_ns: int, attrs: dict[str, Any]) -> None:
-    key = attrs.get("faultlab.fault.span_id")
-    if any(e.name == name and e.attributes.get("faultlab.fault.span_id") == key
-           for e in span.events):
-        return
-    span.events.append(RecordedEvent(name, time_ns, span.span_id, dict(attrs)))
-    span.events.sort(key=lambda e: e.time_ns)
-
-
-def _add_link(span: RecordedSpan, target: RecordedSpan, role: str, key: str) -> None:
-    add_link(span, target.trace_id, target.span_id,
-             {"faultlab.link": role, "faultlab.fault.span_id": key})
-
-
-def _restart_attributes(fault: FaultInfo, restart: RecordedSpan) -> dict[str, Any]:
-    attrs: dict[str, Any] = {"faultlab.fault.span_id": fault.key,
-                             "faultlab.restart.span_id": f"{restart.span_id:016x}",
-                             "faultlab.restart.after_fault_ms":
-                                 round((restart.start_ns - fault.time_ns) / 1e6, 6)}
-    if restart.end_ns is not None:
-        attrs["faultlab.restart.duration_ms"] = round((restart.end_ns - restart.start_ns) / 1e6, 6)
-    incarnation = restart.attributes.get("faultlab.incarnation")
-    if incarnation is not None:
-        attrs["faultlab.incarnation"] = incarnation
-    return attrs
 
 
 def _int(value: Any) -> int | None:

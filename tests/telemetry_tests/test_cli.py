@@ -73,7 +73,11 @@ def test_jaeger_json_has_what_the_ui_reads(recorded_run: dict[str, Any], tmp_pat
             for t in span["tags"] + [f for log in span["logs"] for f in log["fields"]]:
                 assert isinstance(t["value"], TAG_TYPES[t["type"]])
         for process in trace["processes"].values():
-            assert process["serviceName"] == "faultlab" and process["tags"]
+            tags = {t["key"]: t["value"] for t in process["tags"]}
+            rank = f" rank {tags['faultlab.rank']}" if tags["faultlab.role"] != "driver" \
+                and "faultlab.rank" in tags else ""
+            assert process["serviceName"] == f"faultlab {tags['faultlab.role']}{rank}"  # per role
+            assert tags["service.namespace"] == "faultlab"
     rpc_trace = next(t for t in doc["data"]
                      if t["traceID"] == f"{recorded_run['rpc'].context.trace_id:032x}")
     names = {RANK_SUFFIX.sub("", s["operationName"]) for s in rpc_trace["spans"]}

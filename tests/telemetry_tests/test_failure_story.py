@@ -144,21 +144,25 @@ OTHER = ProcessInfo(200, 0, "worker", "faultlab", 0, 0)
 REQUEST = (0xB1, 0xB1)  # (trace id, span id) of the request span the step and recovery serve
 STEP, RPC, EXECUTE, FAULT_ID, DEATH, RECOVERY, RESTART_ID, EARLIER, REBUILD = range(1, 10)
 BEFORE, OTHER_EXECUTE, OTHER_DEATH = range(10, 13)
+MS = 1_000_000  # the times below are in milliseconds
+_TIMES = ("chaos.time_ns", "faultlab.detected_ns")
 
 
 def _span(name: str, span_id: int, trace: int, start: int, end: int | None,
           attributes: dict[str, Any] | None = None, *, parent: int = 0,
           process: ProcessInfo = DRIVER) -> RecordedSpan:
     point = name in ("chaos.fault", "executor.worker_death")
-    return RecordedSpan(name, trace, span_id, parent, start, 1, process, end, point=point,
-                        last_seen_ns=start + 70, attributes=dict(attributes or {}))
+    attrs = {k: v * MS if k in _TIMES else v for k, v in (attributes or {}).items()}
+    return RecordedSpan(name, trace, span_id, parent, start * MS, 1, process,
+                        None if end is None else end * MS, point=point,
+                        last_seen_ns=(start + 70) * MS, attributes=attrs)
 
 
 def _hand_built_run() -> dict[int, RecordedSpan]:
     requests = {"faultlab.links.request": f"{REQUEST[0]:032x}{REQUEST[1]:016x}"}
     rpc = _span("rpc execute_model", RPC, 0x5, 10, 400, parent=STEP)
     rpc.status = "ERROR"
-    rpc.events.append(RecordedEvent("exception", 300, RPC, {"exception.type": "ExecutorFailedError"}))
+    rpc.events.append(RecordedEvent("exception", 300 * MS, RPC, {"exception.type": "ExecutorFailedError"}))
     spans = [
         _span("engine.step", STEP, 0x5, 0, 1000, requests), rpc,
         _span("worker.execute execute_model", EXECUTE, 0x5, 20, None, parent=RPC, process=VICTIM),
@@ -200,8 +204,8 @@ def test_the_failed_rpc_names_the_first_restart_after_its_fault() -> None:
     [restart] = _events(rpc, "faultlab.restart")
     assert restart["faultlab.restart.span_id"] == f"{RESTART_ID:016x}"  # not the earlier one
     assert restart["faultlab.incarnation"] == 1
-    assert restart["faultlab.restart.after_fault_ms"] == pytest.approx(360e-6)
-    assert restart["faultlab.restart.duration_ms"] == pytest.approx(340e-6)
+    assert restart["faultlab.restart.after_fault_ms"] == pytest.approx(360.0)
+    assert restart["faultlab.restart.duration_ms"] == pytest.approx(340.0)
     assert _links(rpc, "restart") == {RESTART_ID}
 
 
@@ -214,7 +218,7 @@ def test_each_recovery_span_carries_its_fault_and_detection(span_id: int) -> Non
     assert fault["faultlab.fault.span_id"] == f"{FAULT_ID:016x}"
     [detection] = _events(span, "faultlab.detection")
     assert detection["faultlab.detection.by"] == "worker_death"
-    assert detection["faultlab.detection.latency_ms"] == pytest.approx(50e-6)
+    assert detection["faultlab.detection.latency_ms"] == pytest.approx(50.0)
     assert _links(span, "fault") == {FAULT_ID} and _links(span, "detection") == {DEATH}
 
 
@@ -234,7 +238,7 @@ def test_the_failed_rpc_and_the_fault_tell_each_other() -> None:
     rpc, fault = run[RPC], run[FAULT_ID]
     assert [e["faultlab.fault.span_id"] for e in _events(rpc, "chaos.fault")] == [f"{FAULT_ID:016x}"]
     [detection] = _events(rpc, "faultlab.detection")
-    assert detection["faultlab.detection.latency_ms"] == pytest.approx(50e-6)
+    assert detection["faultlab.detection.latency_ms"] == pytest.approx(50.0)
     assert _links(rpc, "fault") == {FAULT_ID} and _links(rpc, "detection") == {DEATH}
     [told] = _events(fault, "faultlab.detection")  # the fault span names its detection
     assert told["faultlab.detection.by"] == "worker_death" and _links(fault, "detection") == {DEATH}
@@ -244,16 +248,16 @@ def test_the_failed_rpc_and_the_fault_tell_each_other() -> None:
 def test_a_truncated_span_dies_with_its_fault_else_with_its_detected_death() -> None:
     run = _hand_built_run()
     killed, other = run[EXECUTE], run[OTHER_EXECUTE]
-    assert killed.death_ns == 100 and killed.truncated_reason.startswith("killed by chaos fault")
+    assert killed.death_ns == 100 * MS and killed.truncated_reason.startswith("killed by chaos fault")
     assert _events(killed, "chaos.fault")  # the victim's span in the RPC's trace
-    assert other.death_ns == 120
+    assert other.death_ns == 120 * MS
     assert other.truncated_reason == "process death detected by the driver (worker_death)"
 
 
 def _failed_rpc(span_id: int, start: int, error_at: int, error: str) -> RecordedSpan:
     rpc = _span("rpc sleep", span_id, span_id, start, error_at)
     rpc.status = "ERROR"
-    rpc.events.append(RecordedEvent("exception", error_at, span_id, {"exception.type": error}))
+    rpc.events.append(RecordedEvent("exception", error_at * MS, span_id, {"exception.type": error}))
     return rpc
 
 
@@ -265,7 +269,7 @@ def test_a_fault_without_a_death_is_detected_by_the_first_rpc_error_after_it() -
     tell([fault, earlier, timed_out])
     [detection] = _events(fault, "faultlab.detection")
     assert detection["faultlab.detection.by"] == "TimeoutError"
-    assert detection["faultlab.detection.latency_ms"] == pytest.approx(200e-6)
+    assert detection["faultlab.detection.latency_ms"] == pytest.approx(200.0)
     assert _links(fault, "detection") == {23}
     assert not _events(earlier, "chaos.fault")
 
@@ -281,7 +285,7 @@ def test_a_lost_node_detects_its_fault_and_ends_its_ranks_spans() -> None:
     tell([fault, cut, lost])
     [detection] = _events(fault, "faultlab.detection")
     assert detection["faultlab.detection.by"] == "node_lost" and _links(fault, "detection") == {33}
-    assert cut.death_ns == 400 and "(node_lost)" in cut.truncated_reason
+    assert cut.death_ns == 400 * MS and "(node_lost)" in cut.truncated_reason
 
 
 def test_a_span_begun_after_a_kill_dies_with_the_detected_death() -> None:
@@ -292,7 +296,7 @@ def test_a_span_begun_after_a_kill_dies_with_the_detected_death() -> None:
     death = _span("executor.worker_death", 43, 0xD, 150, 150,
                   {"faultlab.rank": 1, "process.pid": 201, "faultlab.detected_ns": 150})
     tell([fault, exiting, death])
-    assert exiting.death_ns == 150 and "(worker_death)" in exiting.truncated_reason
+    assert exiting.death_ns == 150 * MS and "(worker_death)" in exiting.truncated_reason
 
 
 def test_live_passes_keep_a_fault_paired_with_its_first_detection() -> None:

@@ -68,7 +68,10 @@ def test_live_export_joins_processes(
     assert driver_res["faultlab.role"] == "driver" and worker_res["faultlab.role"] == "worker"
     assert worker_res["faultlab.rank"] == 1 and worker_res["process.pid"] == worker_pid
     assert driver_res["process.pid"] == os.getpid()
-    assert {driver_res["service.name"], worker_res["service.name"]} == {"faultlab-test"}
+    assert (driver_res["service.name"], worker_res["service.name"]) == (
+        "faultlab-test driver", "faultlab-test worker rank 1")  # a service per role
+    assert {driver_res["service.namespace"], worker_res["service.namespace"]} == {"faultlab-test"}
+    assert worker_res["service.instance.id"] == f"worker rank 1 pid {worker_pid}"  # as the README
     trace_id = f"{rpc.context.trace_id:032x}"
     assert {_hex(s.trace_id) for _, s in receiver.spans()} == {trace_id}
     assert _hex(root.span_id) == f"{rpc.context.span_id:016x}" and root.parent_span_id == b""

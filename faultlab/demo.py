@@ -31,7 +31,7 @@ from typing import Any
 
 from executor.model.prompts import make_prompts
 from executor.model.recovery import POLICIES
-from faultlab.demo_fault import FAULTS, DemoFault, timeline, trace_location
+from faultlab.demo_fault import FAULTS, DemoFault, failed_trace_report, timeline, trace_location
 from faultlab.usage import UsageError, int_in, positive_seconds
 
 WORKER = "executor.model.worker:ModelWorker"
@@ -140,13 +140,15 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
             fault.executor = executor
 
         def each_step(stats: Any) -> None:
-            progress(stats)
+            progress(stats, sum(r.replay is not None for r in engine.unfinished_requests))
             if fault is not None:
                 fault(stats)
 
         outputs = engine.generate(prompts, args.max_tokens, progress=each_step)
         stats = engine.stats
         recovery = _recovery_report(fault, engine, executor, prompts, args.max_tokens, outputs)
+    if recovery is not None:  # read once the workers are gone: their journals are complete
+        recovery["failed_traces"], recovery["failed_trace_lines"] = failed_trace_report()
     return {"outputs": outputs, "recovery": recovery, "tokens_per_s": stats.tokens_per_s,
             "generated_tokens": stats.generated_tokens, "steps": stats.steps,
             "elapsed_s": stats.elapsed_s, "startup_s": startup_s, "prompts": prompts,
@@ -173,19 +175,24 @@ def _recovery_report(fault: DemoFault | None, engine: Any, executor: Any,
 
 
 class _Progress:
-    """Prints progress on stderr at most a few times a second."""
+    """Prints progress on stderr at most a few times a second, and only what changed: a
+    failed step (the same counts again) prints nothing, a rebuild says it is one."""
 
     def __init__(self) -> None:
         self.last = 0.0
+        self.shown: tuple[int, ...] = ()
 
-    def __call__(self, stats: Any) -> None:
+    def __call__(self, stats: Any, rebuilding: int = 0) -> None:
         now = time.perf_counter()
         done = stats.finished_requests == stats.total_requests
-        if now - self.last < 0.25 and not done:
+        counts = (stats.steps, stats.generated_tokens, stats.finished_requests, rebuilding)
+        if counts == self.shown or (now - self.last < 0.25 and not done):
             return
-        self.last = now
+        self.last, self.shown = now, counts
+        replay = (f" (rebuilding {rebuilding} requests: replayed steps add no tokens)"
+                  if rebuilding else "")
         _progress_line(f"step {stats.steps}: {stats.finished_requests}/{stats.total_requests} "
-                       f"requests, {stats.generated_tokens} tokens, "
+                       f"requests, {stats.generated_tokens} tokens{replay}, "
                        f"{stats.tokens_per_s:.0f} tokens/s")
 
 
@@ -219,11 +226,15 @@ def _print_recovery(recovery: dict[str, Any] | None, n_requests: int) -> None:
     print(f"tokens match a fault-free run: {verdict} ({recovery['requests_identical']}/"
           f"{n_requests} requests identical)")
     print(recovery["trace"])
+    for line in recovery.get("failed_trace_lines", ()):
+        print(line)
 
 
 def _report_failure(args: argparse.Namespace, exc: Exception) -> int:
     message = f"{type(exc).__name__}: {exc}"
     print(f"faultlab demo: failed: {message}", file=sys.stderr)
+    for line in failed_trace_report()[1]:
+        print(line, file=sys.stderr)
     if args.json:
         print(json.dumps({"error": message, "outputs": {}, "tokens_per_s": 0.0,
                           "tp": args.tp, "pp": args.pp, "seed": args.seed}))

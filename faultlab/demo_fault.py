@@ -4,6 +4,7 @@
     damage) to worker rank R ─► the engine detects it ─► restart policy: new incarnation,
     requests rebuilt ─► first new token
     timeline(): fault ─► detection ─► restart ─► first token, in ms after the fault
+    failed_trace_report(): the trace id of each failed RPC, and how to find it in Jaeger
 
 The fault is injected from the driver (``chaos.recovery.inject``), at a step boundary, so a
 seed, a step and a rank name one run exactly.
@@ -62,10 +63,28 @@ def timeline(fault: DemoFault, recovery: Any) -> list[tuple[float, str, str]]:
     return rows
 
 
+def trace_dir() -> str | None:
+    from telemetry.config import TRACE_DIR_ENV
+
+    return os.environ.get(TRACE_DIR_ENV) or None
+
+
+def failed_trace_report() -> tuple[list[dict[str, str]], list[str]]:
+    """The failed RPCs' traces of this run (as JSON rows, and as lines saying how to find
+    them in Jaeger); nothing when the run is not traced."""
+    from faultlab.trace_hint import describe, failed_traces
+
+    where = trace_dir()
+    if where is None:
+        return [], []
+    failed = failed_traces(where)
+    return [dataclasses.asdict(f) for f in failed], describe(failed, where)
+
+
 def trace_location() -> str:
     from telemetry.config import TRACE_DIR_ENV
 
-    where = os.environ.get(TRACE_DIR_ENV)
+    where = trace_dir()
     if where:
         return f"trace: {where} (faultlab trace export {where})"
     return f"trace: not recorded (set {TRACE_DIR_ENV}=DIR to record one)"

@@ -217,7 +217,7 @@ def victim_fate(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]
         else f"pid {fault.pid}" if fault.pid is not None else "the executor"
     verb = _FATES.get(fault.signal or "", ("", f"hit by {fault.kind}"))[1]
     own = [m for m in members if fault.pid is not None and m.process.pid == fault.pid]
-    cut = next((m for m in own if m.truncated and m.start_ns <= fault.time_ns), None)
+    cut = next((m for m in own if m.truncated), None)
     if cut is not None:
         doing = f"inside {cut.name}"
     elif own and all(m.end_ns is not None and m.end_ns <= fault.time_ns for m in own):
@@ -269,3 +269,9 @@ def _victim_span(rpc: RecordedSpan, fault: FaultInfo, victim: ProcessInfo, fate:
 def _fault_span(rpc: RecordedSpan, fault: FaultInfo, attrs: dict[str, Any]) -> RecordedSpan:
     """A fault with no victim process (queue damage, ...): a child where it acted."""
     return _child(rpc, fault, f"{FAULT} {fault.kind}", fault.span.process, attrs, 2)
+
+
+def failed_rpcs(spans: list[RecordedSpan]) -> list[RecordedSpan]:
+    """The failed RPC spans of a told run, in time order: the traces to look up."""
+    return sorted((s for s in spans if s.kind == "client" and s.failed),
+                  key=lambda s: s.start_ns)

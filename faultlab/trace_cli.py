@@ -6,9 +6,10 @@ The app's command; the formats and their converters are the library's
 Data flow::
 
     faultlab trace export RUN_DIR --format jaeger|otlp-json|perfetto [--out FILE]
-        read_run ──► jaeger_json / otlp_json / perfetto_json ──► FILE or stdout
+        stream.RunStream (one trace at a time) ──► write_jaeger / write_otlp_json /
+        write_perfetto ──► FILE or stdout, 1 MiB at a time
     faultlab trace send RUN_DIR [--endpoint URL] [--protocol grpc|http/protobuf]
-        read_run ──► otel.to_readable_spans ──► SDK OTLP exporter ──► collector / Jaeger
+        stream.RunStream ──► otel.to_readable_spans ──► batches ──► SDK OTLP exporter
 
 Both check RUN_DIR first: a missing directory, or one holding no faultlab journal (nothing,
 or only foreign files), is a usage error (one stderr line, exit 2, no output file written),
@@ -20,15 +21,18 @@ SDK stay inside ``run``: the dispatcher imports this module to build its parser.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TextIO, TypeVar
 
-from faultlab.usage import UsageError, output_file, write_output, write_stdout
-from telemetry.exports import DEFAULT_FORMAT, EXPORT_FORMATS, render
+from faultlab.usage import UsageError, output_file, write_stdout
+from telemetry.exports import DEFAULT_FORMAT, EXPORT_FORMATS, write_export
 
 FORMATS = tuple(EXPORT_FORMATS)
+T = TypeVar("T")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -70,34 +74,106 @@ def check_run_dir(run_dir: Path) -> None:
         raise UsageError(f"{run_dir} holds no faultlab journal; expected {expected}{hint}")
 
 
+class _Sink:
+    """A text sink for a streamed export: ``--out FILE`` or stdout, written 1 MiB at a time;
+    a failed write (``/dev/full``, a closed pipe) is one ``UsageError`` line."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, out: Path | None) -> None:
+        self.out = out
+        self._parts: list[str] = []
+        self._size = 0
+        self._file: TextIO | None = None
+        if out is not None:
+            self._guard(lambda: out.parent.mkdir(parents=True, exist_ok=True))
+            self._file = self._guard(lambda: open(out, "w", encoding="utf-8"))  # noqa: SIM115
+
+    def write(self, text: str) -> None:
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= self.LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        text, self._parts, self._size = "".join(self._parts), [], 0
+        if self._file is None:
+            write_stdout(text)
+        else:
+            file = self._file
+            self._guard(lambda: file.write(text))
+
+    def close(self) -> None:
+        self.flush()
+        if self._file is not None:
+            file, self._file = self._file, None
+            self._guard(file.close)
+
+    def _guard(self, action: Callable[[], T]) -> T:
+        try:
+            return action()
+        except OSError as exc:
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self._file = None
+            reason = str(getattr(exc, "strerror", None) or exc)
+            raise UsageError(f"cannot write {self.out}: {reason}") from None
+
+
 def _export(run_dir: Path, fmt: str, out: Path | None) -> int:
-    text = json.dumps(render(run_dir, fmt), separators=(",", ":"))
-    if out is None:
-        write_stdout(text + "\n")
-    else:
-        write_output(out, text + "\n")
+    """Stream the run, one trace at a time (``telemetry.exports.write_export``)."""
+    sink = _Sink(out)
+    try:
+        write_export(run_dir, fmt, sink)  # type: ignore[arg-type]  # has write()
+        sink.write("\n")
+    finally:
+        sink.close()
+    if out is not None:
         print(f"wrote {fmt} trace of {run_dir} to {out}", file=sys.stderr)
     return 0
 
 
 def _send(run_dir: Path, endpoint: str | None, protocol: str | None) -> int:
-    from telemetry.assemble import read_run
+    """Replay the run in batches of told traces (``telemetry.stream``): memory stays
+    bounded by a batch and the largest trace; stops at the first refused batch."""
     from telemetry.config import Settings
-    from telemetry.otel import export_spans, make_exporter, to_readable_spans
+    from telemetry.otel import base_resource, make_exporter, to_readable_spans
+    from telemetry.stream import RunStream
 
-    spans = read_run(run_dir)
+    stream = RunStream(run_dir)
     protocol = protocol or Settings.from_env().protocol
     exporter = make_exporter("otlp", protocol, endpoint)
+    base, resources = base_resource(), {}  # type: ignore[var-annotated]
     try:
-        ok = export_spans(exporter, to_readable_spans(spans)) == len(spans)
+        sent, ok = _send_batches(exporter, (to_readable_spans(spans, base, resources)
+                                            for spans in stream.traces()))
     finally:
         exporter.shutdown()
     where = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") \
         or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
-    processes = len({s.process for s in spans})
     if not ok:
         print(f"faultlab trace send: export to {where} failed", file=sys.stderr)
         return 1
-    print(f"sent {len(spans)} spans from {processes} processes to {where} ({protocol})",
+    print(f"sent {sent} spans from {len(stream.processes)} processes to {where} ({protocol})",
           file=sys.stderr)
     return 0
+
+
+def _send_batches(exporter: Any, traces: Iterable[list[Any]]) -> tuple[int, bool]:
+    """Export ``BATCH_SIZE`` SDK spans at a time; (spans sent, all accepted).  Stopping at
+    the first refused batch matters: each one can spend the exporter's whole retry budget."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from telemetry.otel import BATCH_SIZE
+
+    sent, batch = 0, []
+    for spans in traces:
+        batch.extend(spans)
+        while len(batch) >= BATCH_SIZE:
+            if exporter.export(batch[:BATCH_SIZE]) != SpanExportResult.SUCCESS:
+                return sent, False
+            sent, batch = sent + BATCH_SIZE, batch[BATCH_SIZE:]
+    if batch and exporter.export(batch) != SpanExportResult.SUCCESS:
+        return sent, False
+    return sent + len(batch), True

@@ -50,16 +50,28 @@ from telemetry.recorder import (
 from telemetry.span import FLAG_SAMPLED, NonRecordingSpan, Span, SpanContext
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from os import PathLike
 
     import pandas as pd
 
+    from telemetry.assemble import RecordedSpan
 
-def load_run(run_dir: str | PathLike[str]) -> pd.DataFrame:
-    """One row per span of every journal in ``run_dir`` (see ``telemetry.frames``)."""
+
+def load_run(run_dir: str | PathLike[str], columns: list[str] | None = None) -> pd.DataFrame:
+    """One row per span of every journal in ``run_dir`` (see ``telemetry.frames``); only
+    ``columns`` when given (a long run's frame without attributes and events stays small)."""
     from telemetry.frames import load_run as _load_run
 
-    return _load_run(run_dir)
+    return _load_run(run_dir, columns)
+
+
+def iter_traces(run_dir: str | PathLike[str]) -> Iterator[list[RecordedSpan]]:
+    """The told spans of ``run_dir`` one trace at a time (``telemetry.stream``): memory
+    bounded by the largest trace, not the run."""
+    from telemetry.stream import iter_traces as _iter_traces
+
+    return _iter_traces(run_dir)
 
 
 def load_events(run_dir: str | PathLike[str]) -> pd.DataFrame:
@@ -89,6 +101,7 @@ __all__ = [
     "caller_parent",
     "configure_process",
     "get_recorder",
+    "iter_traces",
     "load_events",
     "load_run",
     "shutdown",

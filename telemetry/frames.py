@@ -2,8 +2,14 @@
 
 Data flow::
 
-    run_dir/journal-*.bin ──► assemble.read_run ──► list[RecordedSpan] ──► load_run (spans)
-                                                                     └──► load_events (events)
+    run_dir/journal-*.bin ──► stream.iter_traces (one told trace at a time)
+        ──► load_run (spans: column lists, no span kept) / load_events (events)
+    list[RecordedSpan] ──► spans_frame / event_rows (a run already in memory)
+
+``load_run`` holds one trace's spans at a time besides the frame it builds; the frame of a
+long run is dominated by the ``attributes`` and ``events`` columns (a dict and a list per
+row): ``load_run(run_dir, columns=[...])`` builds only the columns named, so a frame of
+names, ids and times stays small.
 
 Columns of ``load_run`` (one row per span, sorted by ``start_ns``): ``name, trace_id,
 span_id, parent_span_id`` (lowercase hex as in OTLP/Jaeger; ``parent_span_id`` is None for
@@ -24,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from telemetry.assemble import RecordedSpan, read_run
+from telemetry.assemble import RecordedSpan
 
 SPAN_COLUMNS = [
     "name", "trace_id", "span_id", "parent_span_id", "pid", "rank", "role", "service",
@@ -63,17 +69,24 @@ def span_row(span: RecordedSpan) -> dict[str, Any]:
 
 
 def _frame(rows: list[dict[str, Any]], columns: list[str], sort_by: str) -> pd.DataFrame:
+    return _columns_frame({c: [row[c] for row in rows] for c in columns}, columns, sort_by)
+
+
+def _columns_frame(values: dict[str, list[Any]], columns: list[str], sort_by: str | None,
+                   ) -> pd.DataFrame:
     """Build column by column: nullable ints must not pass through float64 (ns overflow it)."""
     data: dict[str, Any] = {}
     for column in columns:
-        values = [row[column] for row in rows]
         if column in _INT_COLUMNS:
-            data[column] = pd.array(values, dtype="Int64")
+            data[column] = pd.array(values[column], dtype="Int64")
         elif column in ("truncated", "stopped", "point"):
-            data[column] = pd.array(values, dtype=bool)
+            data[column] = pd.array(values[column], dtype=bool)
         else:
-            data[column] = pd.Series(values, dtype=object)
+            data[column] = pd.Series(values[column], dtype=object)
+        values[column] = []  # let the list go as soon as its column is built
     frame = pd.DataFrame(data, columns=columns)
+    if sort_by is None:
+        return frame
     return frame.sort_values(sort_by, kind="stable").reset_index(drop=True)
 
 
@@ -81,9 +94,24 @@ def spans_frame(spans: list[RecordedSpan]) -> pd.DataFrame:
     return _frame([span_row(s) for s in spans], SPAN_COLUMNS, "start_ns")
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> pd.DataFrame:
-    """One row per span of every process journal in ``run_dir``."""
-    return spans_frame(read_run(run_dir))
+def load_run(run_dir: str | os.PathLike[str], columns: list[str] | None = None) -> pd.DataFrame:
+    """One row per span of every process journal in ``run_dir``, sorted by ``start_ns``;
+    only ``columns`` (default: ``SPAN_COLUMNS``), in that order."""
+    from telemetry.stream import iter_traces
+
+    wanted = list(SPAN_COLUMNS if columns is None else columns)
+    unknown = [c for c in wanted if c not in SPAN_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown load_run columns {unknown}; known: {', '.join(SPAN_COLUMNS)}")
+    values: dict[str, list[Any]] = {c: [] for c in wanted}
+    appenders = [(c, values[c].append) for c in wanted]
+    for spans in iter_traces(run_dir):
+        for span in spans:
+            row = span_row(span)
+            for column, append in appenders:
+                append(row[column])
+    sort_by = "start_ns" if "start_ns" in wanted else None
+    return _columns_frame(values, wanted, sort_by)
 
 
 def event_rows(spans: list[RecordedSpan]) -> list[dict[str, Any]]:
@@ -111,4 +139,7 @@ def event_rows(spans: list[RecordedSpan]) -> list[dict[str, Any]]:
 
 def load_events(run_dir: str | os.PathLike[str]) -> pd.DataFrame:
     """Span events (``chaos.fault``, ``exception``...) and point spans (process life)."""
-    return _frame(event_rows(read_run(run_dir)), EVENT_COLUMNS, "time_ns")
+    from telemetry.stream import iter_traces
+
+    rows = [row for spans in iter_traces(run_dir) for row in event_rows(spans)]
+    return _frame(rows, EVENT_COLUMNS, "time_ns")

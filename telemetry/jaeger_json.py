@@ -12,6 +12,9 @@ Shape (what the Jaeger UI reads)::
       "fields": [tags]}], "processID": "p1", "warnings": [...] | null, "flags": 1}],
       "processes": {"p1": {"serviceName", "tags": [...]}}, "warnings": null}]}
 
+``write_jaeger`` writes the same document from a stream of traces (``telemetry.stream``),
+holding one trace at a time: traces are ordered by (first start µs, trace id) in both.
+
 Invariants: times are integer microseconds since the epoch; a truncated span lasts until
 its process's best-known death (``shown_end_ns``: the fault that killed it, else its
 detected death, else its last record) and carries a warning, ``faultlab.truncated`` and
@@ -27,7 +30,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from telemetry.assemble import ProcessInfo, RecordedSpan
 from telemetry.naming import display_name, export_attributes, instance_id, service_name
@@ -124,5 +128,19 @@ def to_jaeger(spans: list[RecordedSpan]) -> dict[str, Any]:
             },
             "warnings": None,
         })
-    data.sort(key=lambda t: int(t["spans"][0]["startTime"]))
+    data.sort(key=lambda t: (int(t["spans"][0]["startTime"]), t["traceID"]))
     return {"data": data}
+
+
+def write_jaeger(traces: Iterable[list[RecordedSpan]], out: TextIO) -> int:
+    """Write ``{"data": [...]}`` to ``out`` one trace at a time (``telemetry.stream``: in
+    ``to_jaeger``'s order, so the text is ``to_jaeger``'s of the whole run); the span count."""
+    out.write('{"data":[')
+    sep, count = "", 0
+    for spans in traces:
+        for trace in to_jaeger(spans)["data"]:
+            out.write(sep)
+            out.write(json.dumps(trace, separators=(",", ":")))
+            sep, count = ",", count + len(trace["spans"])
+    out.write("]}")
+    return count

@@ -5,6 +5,10 @@ Data flow::
     list[RecordedSpan] ──► otel.to_readable_spans ──► SDK encode_spans (protobuf)
                        ──► protobuf JSON mapping ──► ids re-encoded as hex, enums as ints
 
+``write_otlp_json`` writes one such request from a stream of traces (``telemetry.stream``),
+converting ``BATCH_SPANS`` spans at a time: each batch adds its own ``resourceSpans``
+entries (a process's resource may repeat; receivers merge them), so memory stays bounded.
+
 The OTLP JSON encoding differs from the plain protobuf JSON mapping in two ways that
 matter here: trace and span ids are lowercase hex (not base64) and enums are integers.
 """
@@ -12,7 +16,9 @@ matter here: trace and span ids are lowercase hex (not base64) and enums are int
 from __future__ import annotations
 
 import base64
-from typing import Any
+import json
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -21,6 +27,7 @@ from telemetry.assemble import RecordedSpan
 from telemetry.otel import to_readable_spans
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+BATCH_SPANS = 4096
 
 
 def _hex_ids(obj: dict[str, Any]) -> None:
@@ -39,3 +46,30 @@ def to_otlp_json(spans: list[RecordedSpan]) -> dict[str, Any]:
                 for link in span.get("links", []):
                     _hex_ids(link)
     return doc
+
+
+def write_otlp_json(traces: Iterable[list[RecordedSpan]], out: TextIO) -> int:
+    """Write ``{"resourceSpans": [...]}`` to ``out``, a batch of traces at a time; the span
+    count."""
+    out.write('{"resourceSpans":[')
+    sep, count, batch = "", 0, []
+    for spans in _batches(traces):
+        batch = to_otlp_json(spans).get("resourceSpans", [])
+        for resource_spans in batch:
+            out.write(sep)
+            out.write(json.dumps(resource_spans, separators=(",", ":")))
+            sep = ","
+        count += len(spans)
+    out.write("]}")
+    return count
+
+
+def _batches(traces: Iterable[list[RecordedSpan]]) -> Iterable[list[RecordedSpan]]:
+    batch: list[RecordedSpan] = []
+    for spans in traces:
+        batch.extend(spans)
+        if len(batch) >= BATCH_SPANS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -13,11 +13,22 @@ span events (faults, detections, exceptions) and point spans (process life) are 
 ("i") events.  A parent in another process is drawn as a flow arrow ("s" on the parent's
 track, "f" on the child's, both at the child's start).  Times are microseconds since the run's first record
 (``otherData.t0_unix_ns``): absolute epoch microseconds would lose sub-µs precision.
+
+``write_perfetto`` writes the same events from a stream of traces (``telemetry.stream``,
+in order of their first start), holding only the traces that overlap in time: spans wait
+in a heap until no later trace can start before them, then get their tracks in
+``assign_tracks``'s order (start, longest first); a trace's events are written once all of
+its spans have a track.  The metadata (process and thread names) comes last; flow ids
+differ from ``to_perfetto``'s, the events are the same.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import heapq
+import itertools
+import json
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from telemetry.assemble import ProcessInfo, RecordedSpan
 
@@ -56,23 +67,12 @@ def assign_tracks(spans: list[RecordedSpan]) -> dict[int, int]:
 
 
 def _metadata(spans: list[RecordedSpan], tracks: dict[int, int]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    procs = sorted({s.process for s in spans},
-                   key=lambda p: (_ROLE_ORDER.get(p.role, 3), p.rank or 0, p.created_ns))
-    for index, proc in enumerate(procs):
-        out.append({"ph": "M", "name": "process_name", "pid": proc.pid, "tid": 0,
-                    "args": {"name": _process_label(proc)}})
-        out.append({"ph": "M", "name": "process_sort_index", "pid": proc.pid, "tid": 0,
-                    "args": {"sort_index": index}})
     threads: dict[Track, str] = {}
     for s in spans:
         tid = tracks.get(s.span_id, s.tid)
         name = s.thread_name or f"thread {s.tid}"
         threads[(s.process.pid, tid)] = name if tid == s.tid else f"{name} (concurrent {tid >> 32})"
-    for (pid, tid), name in sorted(threads.items()):
-        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                    "args": {"name": name}})
-    return out
+    return _metadata_events(list({s.process for s in spans}), threads)
 
 
 def _flows(spans: list[RecordedSpan], tracks: dict[int, int], t0: int) -> list[dict[str, Any]]:
@@ -135,3 +135,133 @@ def to_perfetto(spans: list[RecordedSpan]) -> dict[str, Any]:
                       for e in span.events)
     events.extend(_flows(spans, tracks, t0))
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"t0_unix_ns": t0}}
+
+
+class _Lanes:
+    """``assign_tracks``'s lane stacks, fed spans one at a time in (start, -end) order."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[Track, list[list[int]]] = {}
+
+    def track(self, span: RecordedSpan) -> int:
+        if span.point:
+            return span.tid
+        stacks = self.stacks.setdefault((span.process.pid, span.tid), [])
+        end = span.shown_end_ns
+        for k, stack in enumerate([*stacks, []]):
+            while stack and stack[-1] <= span.start_ns:
+                stack.pop()
+            if not stack or stack[-1] >= end:
+                if k == len(stacks):
+                    stacks.append(stack)
+                stack.append(end)
+                return span.tid if k == 0 else (k << 32) | span.tid
+        raise AssertionError("unreachable: the last, empty lane always takes the span")
+
+
+class PerfettoWriter:
+    """Writes trace events as traces arrive (in order of their first start)."""
+
+    def __init__(self, out: TextIO, t0: int) -> None:
+        self.out, self.t0 = out, t0
+        self.count = 0  # spans written
+        self._lanes = _Lanes()
+        self._heap: list[tuple[int, int, int, RecordedSpan]] = []
+        self._seq = itertools.count()
+        self._pending: list[list[Any]] = []  # [spans, spans without a track yet, tracks]
+        self._trace_of: dict[int, list[Any]] = {}  # heap seq -> its pending trace
+        self._procs: dict[ProcessInfo, None] = {}
+        self._threads: dict[Track, str] = {}
+        self._flow_ids = itertools.count(1)
+        self._sep = ""
+        out.write('{"traceEvents":[')
+
+    def add(self, spans: list[RecordedSpan]) -> None:
+        if not spans:
+            return
+        # Traces come in order of their first start's µs: no later span starts before it.
+        self._assign_before(min(s.start_ns for s in spans) // 1000 * 1000)
+        entry: list[Any] = [spans, len(spans), {}]
+        self._pending.append(entry)
+        for span in spans:
+            seq = next(self._seq)
+            self._trace_of[seq] = entry
+            heapq.heappush(self._heap, (span.start_ns, -span.shown_end_ns, seq, span))
+        self._emit_ready()
+
+    def close(self) -> None:
+        self._assign_before(None)
+        self._emit_ready()
+        events = _metadata_events(list(self._procs), self._threads)
+        self._write(events)
+        self.out.write(f'],"displayTimeUnit":"ns","otherData":{{"t0_unix_ns":{self.t0}}}}}')
+
+    def _assign_before(self, start: int | None) -> None:
+        heap = self._heap
+        while heap and (start is None or heap[0][0] < start):
+            _, _, seq, span = heapq.heappop(heap)
+            entry = self._trace_of.pop(seq)
+            entry[2][span.span_id] = self._lanes.track(span)
+            entry[1] -= 1
+
+    def _emit_ready(self) -> None:
+        done = 0
+        for spans, waiting, tracks in self._pending:
+            if waiting:
+                break
+            done += 1
+            self._write(self._trace_events(spans, tracks))
+            self.count += len(spans)
+        del self._pending[:done]
+
+    def _trace_events(self, spans: list[RecordedSpan], tracks: dict[int, int]) -> list[Any]:
+        events: list[dict[str, Any]] = []
+        for span in sorted(spans, key=lambda s: s.start_ns):
+            tid = tracks.get(span.span_id, span.tid)
+            self._procs.setdefault(span.process)
+            name = span.thread_name or f"thread {span.tid}"
+            self._threads[(span.process.pid, tid)] = \
+                name if tid == span.tid else f"{name} (concurrent {tid >> 32})"
+            if span.point:
+                events.append(_instant(span.name, span.start_ns, span, self.t0,
+                                       span.attributes, tid))
+                continue
+            events.append(_span_event(span, self.t0, tid))
+            events.extend(_instant(e.name, e.time_ns, span, self.t0, e.attributes, tid)
+                          for e in span.events)
+        flows = _flows(spans, tracks, self.t0)
+        for start in range(0, len(flows), 2):  # a pair per arrow: ids unique in the file
+            flow_id = next(self._flow_ids)
+            flows[start]["id"] = flows[start + 1]["id"] = flow_id
+        events.extend(flows)
+        return events
+
+    def _write(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            self.out.write(self._sep)
+            self.out.write(json.dumps(event, separators=(",", ":")))
+            self._sep = ","
+
+
+def _metadata_events(procs: list[ProcessInfo], threads: dict[Track, str]) -> list[Any]:
+    out: list[dict[str, Any]] = []
+    ordered = sorted(procs, key=lambda p: (_ROLE_ORDER.get(p.role, 3), p.rank or 0, p.created_ns))
+    for index, proc in enumerate(ordered):
+        out.append({"ph": "M", "name": "process_name", "pid": proc.pid, "tid": 0,
+                    "args": {"name": _process_label(proc)}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": proc.pid, "tid": 0,
+                    "args": {"sort_index": index}})
+    for (pid, tid), name in sorted(threads.items()):
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                    "args": {"name": name}})
+    return out
+
+
+def write_perfetto(traces: Iterable[list[RecordedSpan]], out: TextIO, t0: int) -> int:
+    """Write the trace-event document of ``traces`` (in order of their first start; ``t0``
+    the run's first start) to ``out``; the span count."""
+    writer = PerfettoWriter(out, t0)
+    for spans in traces:
+        writer.add(spans)
+    writer.close()
+    return writer.count

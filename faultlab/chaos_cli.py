@@ -53,7 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--seed", type=int, default=None, help="the seed (default: the suite's)")
     run.add_argument("--out", type=output_dir, required=True, help="directory for results and traces")
     run.add_argument("--junit", type=output_file, default=None, help="write JUnit XML here")
-    run.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default=None)
+    run.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default=None,
+                     help="how worker processes start (default: each scenario's, else fork)")
     run.add_argument("-k", dest="only", type=regex, default=None,
                      help="only scenarios matching this regex")
     run.add_argument("--target", type=target_name, default=None,
@@ -135,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
                                             args.start_method, args.only))
     summary = io.StringIO()
     print_summary(results, summary)
+    _write_failed_traces(results, summary)
     summary.write(f"wall time {wall:.1f} s, {len(results) / wall * 60:.1f} scenarios/min\n")
     junit_error = None
     if args.junit is not None:  # before stdout: a full stdout must not cost the JUnit file
@@ -221,6 +223,23 @@ def _check_selection(names: list[str], only: str | None, suite_name: str) -> Non
     raise UsageError(f"-k {only!r} matches no scenario of suite {suite_name}; its scenarios: {shown}")
 
 
+def _write_failed_traces(results: list[Any], out: io.StringIO) -> None:
+    """Each scenario's failed RPCs by trace id: which of a run's traces to open in Jaeger."""
+    from faultlab.trace_hint import describe, failed_traces, how_to_find
+
+    last = None
+    for r in results:
+        trace_dir = getattr(r, "trace_dir", None)
+        if trace_dir is None or r.outcome in (None, "fault_free"):
+            continue
+        lines = describe(failed_traces(trace_dir), trace_dir, shown=3, how=False)
+        if lines:
+            out.write(f"{r.name}: " + "\n".join(lines) + "\n")
+            last = trace_dir
+    if last is not None:
+        out.write(f"{how_to_find(last)}\n")
+
+
 def _replay(args: argparse.Namespace) -> int:
     from chaos.plan import schedule_signature
     from chaos.runner import print_summary, run_one
@@ -234,6 +253,7 @@ def _replay(args: argparse.Namespace) -> int:
     result = run_one(scenario, saved["seed"], out, saved.get("start_method"))
     summary = io.StringIO()
     print_summary([result], summary)
+    _write_failed_traces([result], summary)
     same = schedule_signature(scenario.plan(saved["seed"]).resolve())
     original = _timeline_signature(source / "result.json")
     replayed = _timeline_signature(out / "result.json")

@@ -44,8 +44,9 @@ def failed_traces(run_dir: str | Path) -> list[FailedTrace]:
     return found
 
 
-def describe(failed: list[FailedTrace], run_dir: str | Path, shown: int = SHOWN) -> list[str]:
-    """Lines naming each failed RPC's trace id, then how to find one in Jaeger."""
+def describe(failed: list[FailedTrace], run_dir: str | Path, shown: int = SHOWN,
+             how: bool = True) -> list[str]:
+    """Lines naming each failed RPC's trace id, then (``how``) how to find one in Jaeger."""
     if not failed:
         return []
     lines = [f"failed RPCs ({len(failed)}), by Jaeger trace id:"]
@@ -54,7 +55,12 @@ def describe(failed: list[FailedTrace], run_dir: str | Path, shown: int = SHOWN)
                      + (f": {f.story}" if f.story else ""))
     if len(failed) > shown:
         lines.append(f"  ... and {len(failed) - shown} more")
-    lines.append(f"  find one in Jaeger: `faultlab trace export {run_dir} --out runs/trace.json`"
-                 ", then Search > Upload JSON (the list shows each id's first 7 digits); or "
-                 f"`faultlab trace send {run_dir}` and paste the id into 'Lookup by Trace ID'")
+    if how:
+        lines.append(f"  {how_to_find(run_dir)}")
     return lines
+
+
+def how_to_find(run_dir: str | Path) -> str:
+    return (f"find one in Jaeger: `faultlab trace export {run_dir} --out runs/trace.json`, "
+            "then Search > Upload JSON (the list shows each id's first 7 digits); or "
+            f"`faultlab trace send {run_dir}` and paste the id into 'Lookup by Trace ID'")

@@ -1,0 +1,327 @@
+"""Open a faultlab Jaeger export in the real Jaeger UI and check what a person sees there.
+
+Data flow (one run, nothing leaves the machine):
+
+    EXPORT.json ──► pick the trace (--trace ID, else the earliest trace with an error span)
+        │            and the export's facts: each span's process role/rank/pid, the pids a
+        │            chaos fault killed
+        ▼
+    loopback HTTP server ◄── Jaeger UI build (static files; page routes fall back to
+        │                    index.html; /api/* answers empty results: no backend)
+        ▼
+    node scripts/jaeger_ui_drive.cjs (playwright-core + Debian's chromium): /search →
+        Upload → the trace → screenshots; prints every row's service, name, error icon,
+        span id and opened detail text as JSON
+        ▼
+    checks (each PASS / FAIL / SKIP, judged on the rendered DOM; the export only says
+        which row is whose) ──► report on stdout; exit 0 when nothing FAILed
+
+Invariants: the server and the browser live only inside main() (the server is shut down and
+the node process waited for, on every path); bad input or a missing tool ends with one line
+on stderr and exit 2, a failed check with exit 1.  Normally run through
+scripts/jaeger_ui_check.sh, which builds the UI and installs the tools first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mimetypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+CACHE = Path(os.environ.get("FAULTLAB_JAEGER_UI_CACHE", Path.home() / ".cache" / "faultlab"))
+DEFAULT_BUILD = CACHE / "jaeger-ui" / "packages" / "jaeger-ui" / "build"
+DEFAULT_PLAYWRIGHT = CACHE / "jaeger-ui-driver" / "node_modules" / "playwright-core"
+DRIVER = Path(__file__).with_name("jaeger_ui_drive.cjs")
+BROWSER_TIMEOUT_S = 240
+EMPTY_API = json.dumps({"data": [], "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
+FAULT = "chaos.fault"
+DETECTION = "faultlab.detection"
+
+
+class CheckError(Exception):
+    """Bad input or a missing tool: reported as one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class SpanFact:
+    span_id: str
+    name: str
+    role: str
+    rank: int | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class TraceFacts:
+    trace_id: str
+    why: str
+    spans: dict[str, SpanFact]
+    killed_pids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # PASS, FAIL or SKIP
+    detail: str
+
+
+# ---- the export ---------------------------------------------------------------------------
+
+
+def load_traces(path: Path) -> list[dict[str, Any]]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckError(f"cannot read {path} as JSON: {e}") from e
+    traces = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(traces, list) or not traces:
+        raise CheckError(f"{path} is not a Jaeger export (want a non-empty 'data' list of traces)")
+    return traces
+
+
+def _tags(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {str(t.get("key")): t.get("value") for t in items}
+
+
+def _has_error(trace: dict[str, Any]) -> bool:
+    return any(_tags(s.get("tags", [])).get("error") in (True, "true") for s in trace["spans"])
+
+
+def _start(trace: dict[str, Any]) -> int:
+    return min((int(s.get("startTime", 0)) for s in trace["spans"]), default=0)
+
+
+def choose_trace(traces: list[dict[str, Any]], trace_id: str | None) -> tuple[dict[str, Any], str]:
+    if trace_id is not None:
+        for t in traces:
+            if t.get("traceID") == trace_id:
+                return t, "given by --trace"
+        raise CheckError(f"trace {trace_id} is not in the export ({len(traces)} traces)")
+    failed = sorted((t for t in traces if _has_error(t)), key=_start)
+    if not failed:
+        raise CheckError("no trace in the export has an error span; name one with --trace ID")
+    return failed[0], f"the earliest of {len(failed)} traces with an error span"
+
+
+def _fault_pids(traces: list[dict[str, Any]]) -> frozenset[int]:
+    """Pids the export's chaos faults acted on: chaos.fault spans and chaos.fault events."""
+    pids: set[int] = set()
+    for t in traces:
+        for s in t["spans"]:
+            if s.get("operationName", "").startswith(FAULT):
+                tags = _tags(s.get("tags", []))
+                keys = ("process.pid", "faultlab.fault.pid")
+                pids.update(v for k in keys if isinstance(v := tags.get(k), int))
+            for log in s.get("logs", []):
+                fields = _tags(log.get("fields", []))
+                if fields.get("event") == FAULT and isinstance(fields.get("faultlab.fault.pid"), int):
+                    pids.add(fields["faultlab.fault.pid"])
+    return frozenset(pids)
+
+
+def trace_facts(traces: list[dict[str, Any]], trace_id: str | None) -> TraceFacts:
+    trace, why = choose_trace(traces, trace_id)
+    procs = {k: _tags(p.get("tags", [])) for k, p in trace.get("processes", {}).items()}
+    spans = {}
+    for s in trace["spans"]:
+        proc = procs.get(s.get("processID"), {})
+        rank = _tags(s.get("tags", [])).get("faultlab.rank", proc.get("faultlab.rank"))
+        spans[s["spanID"]] = SpanFact(
+            s["spanID"], s.get("operationName", ""), str(proc.get("faultlab.role", "?")),
+            rank if isinstance(rank, int) else None, proc.get("process.pid"),
+        )
+    return TraceFacts(trace["traceID"], why, spans, _fault_pids(traces))
+
+
+# ---- the UI: server and browser -------------------------------------------------------------
+
+
+def _handler_for(build: Path) -> type[BaseHTTPRequestHandler]:
+    root = build.resolve()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = urlsplit(self.path).path
+            if path.startswith("/api/"):
+                self._send(EMPTY_API, "application/json")
+                return
+            file = (root / path.lstrip("/")).resolve()
+            if not file.is_file() or root not in file.parents:
+                file = root / "index.html"  # a page route of the single-page app
+            self._send(file.read_bytes(), mimetypes.guess_type(file.name)[0] or "application/octet-stream")
+
+        def _send(self, body: bytes, ctype: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def serve(build: Path) -> Iterator[str]:
+    if not (build / "index.html").is_file():
+        raise CheckError(f"no Jaeger UI build at {build} (run scripts/jaeger_ui_check.sh to build it)")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(build))
+    thread = threading.Thread(target=server.serve_forever, name="jaeger-ui-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def drive(url: str, export: Path, trace_id: str, pngs: tuple[Path, Path], tools: argparse.Namespace) -> Any:
+    env = {**os.environ, "FAULTLAB_PLAYWRIGHT_CORE": str(tools.playwright),
+           "FAULTLAB_CHROMIUM": tools.chromium}
+    cmd = [tools.node, str(DRIVER), url, str(export.resolve()), trace_id, *map(str, pngs)]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise CheckError(f"the browser did not finish within {BROWSER_TIMEOUT_S} s") from e
+    if done.returncode != 0:
+        raise CheckError(f"the browser run failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)
+
+
+# ---- what the page shows --------------------------------------------------------------------
+
+
+def _shown(rows: list[dict[str, Any]], word: str) -> list[str]:
+    return [r["name"] for r in rows if word in r["name"] or word in r["detail"]]
+
+
+def check_story(facts: TraceFacts, rows: list[dict[str, Any]]) -> list[Check]:
+    checks = [_check_rows(facts, rows)]
+    for word, what in ((FAULT, "the fault"), (DETECTION, "the detection")):
+        where = _shown(rows, word)
+        checks.append(Check(f"{word} shown", "PASS" if where else "FAIL",
+                            f"{what} on: {', '.join(where)}" if where else f"no row or event names {word}"))
+    services = sorted({r["service"] for r in rows})
+    checks.append(Check("services distinguishable", "PASS" if len(services) > 1 else "FAIL",
+                        f"{len(services)} service name(s): {', '.join(services)}"))
+    checks.append(_check_killed(facts, rows))
+    checks.append(_check_survivors(facts, rows))
+    return checks
+
+
+def _check_rows(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
+    missing = sorted(facts.spans.keys() - {r["spanID"] for r in rows})
+    ok = not missing and len(rows) == len(facts.spans)
+    return Check("every span drawn", "PASS" if ok else "FAIL",
+                 f"{len(rows)} rows for {len(facts.spans)} spans"
+                 + (f"; not drawn: {', '.join(facts.spans[m].name for m in missing)}" if missing else ""))
+
+
+def _check_killed(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
+    if not facts.killed_pids:
+        return Check("killed process has a row", "SKIP", "no chaos fault in the export names a pid")
+    own = [r["name"] for r in rows if (s := facts.spans.get(r["spanID"])) and s.pid in facts.killed_pids]
+    return Check("killed process has a row", "PASS" if own else "FAIL",
+                 f"pid {sorted(facts.killed_pids)}: "
+                 + (", ".join(own) if own else "no span of it in this trace"))
+
+
+def _check_survivors(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
+    survivors = [r for r in rows if (s := facts.spans.get(r["spanID"])) and s.role == "worker"
+                 and s.pid not in facts.killed_pids]
+    if not facts.killed_pids or not survivors:
+        return Check("survivor not an error", "SKIP", "no surviving worker's span in this trace")
+    flagged = [r["name"] for r in survivors if r["ownError"]]
+    return Check("survivor not an error", "FAIL" if flagged else "PASS",
+                 f"error icon on: {', '.join(flagged)}" if flagged
+                 else f"{len(survivors)} surviving worker row(s), none with an error icon")
+
+
+def readable_values(rows: list[dict[str, Any]]) -> list[str]:
+    """The detection latency as the page prints it (for the report, not judged)."""
+    found = []
+    for r in rows:
+        found += re.findall(r"faultlab\.detection\.latency_ms\W+([0-9.]+)", r["detail"])
+    return found
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+
+def _report(facts: TraceFacts, seen: dict[str, Any], checks: list[Check], pngs: tuple[Path, Path]) -> None:
+    print(f"trace {facts.trace_id} ({facts.why}); {seen['results']} traces in the search list")
+    if m := re.search(r"Services\s*(\d+)", seen["header"]):
+        print(f"  trace page header: Services {m.group(1)}")
+    for r in seen["rows"]:
+        s = facts.spans.get(r["spanID"])
+        who = (s.role + (f" rank {s.rank}" if s.rank is not None else "") + f" pid {s.pid}") if s else "?"
+        events = f"  [{r['events']}]" if r.get("events") else ""
+        print(f"  {'ERR' if r['ownError'] else '   '} {r['service']:<22} {r['name']:<40} {who}{events}")
+    if latency := readable_values(seen["rows"]):
+        print(f"  detection latency as shown: {', '.join(latency)} ms")
+    for c in checks:
+        print(f"{c.status:<4} {c.name}: {c.detail}")
+    print(f"screenshots: {pngs[0]} (timeline), {pngs[1]} (the fault's row, else the first error row, opened)")
+
+
+def _tools(args: argparse.Namespace) -> argparse.Namespace:
+    node, chromium = shutil.which("node"), args.chromium or shutil.which("chromium")
+    missing = [n for n, v in (("node", node), ("chromium", chromium)) if not v]
+    if not (args.playwright / "package.json").is_file():
+        missing.append(f"playwright-core at {args.playwright}")
+    if missing:
+        raise CheckError(f"missing: {', '.join(missing)} (scripts/jaeger_ui_check.sh installs them)")
+    return argparse.Namespace(node=node, chromium=chromium, playwright=args.playwright)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("export", type=Path, help="a faultlab trace export (--format jaeger)")
+    p.add_argument("--trace", help="trace id to open (default: the earliest trace with an error span)")
+    p.add_argument("--out", type=Path, help="timeline screenshot (default: EXPORT with .png)")
+    p.add_argument("--detail-out", type=Path, help="screenshot with the fault's row (else the first "
+                   "error row) opened (default: EXPORT with .detail.png)")
+    build = Path(os.environ.get("FAULTLAB_JAEGER_UI_BUILD", DEFAULT_BUILD))
+    p.add_argument("--build", type=Path, default=build,
+                   help=f"the Jaeger UI build directory (default {DEFAULT_BUILD})")
+    p.add_argument("--playwright", type=Path, default=DEFAULT_PLAYWRIGHT, help="the playwright-core package")
+    p.add_argument("--chromium", help="the chromium binary (default: chromium on PATH)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    pngs = (args.out or args.export.with_suffix(".png"),
+            args.detail_out or args.export.with_suffix(".detail.png"))
+    try:
+        facts = trace_facts(load_traces(args.export), args.trace)
+        tools = _tools(args)
+        with serve(args.build) as url:
+            seen = drive(url, args.export, facts.trace_id, pngs, tools)
+    except CheckError as e:
+        print(f"jaeger_ui_check: {e}", file=sys.stderr)
+        return 2
+    checks = check_story(facts, seen["rows"])
+    _report(facts, seen, checks, pngs)
+    return 1 if any(c.status == "FAIL" for c in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -98,7 +98,7 @@ class PendingCall:
         return self.value
 
 
-class RpcFuture(Future):
+class RpcFuture(Future[Any]):
     """A concurrent Future whose ``result``/``exception`` collect replies in order.
 
     It is RUNNING from the start (the request is already with the workers), so ``cancel()``
@@ -136,7 +136,7 @@ def _limit(timeout: float | None) -> float:
     return time.monotonic() + min(max(timeout, 0.0), MAX_TIMEOUT_S)
 
 
-def settle(future: Future, *, result: Any = None, error: BaseException | None = None) -> None:
+def settle(future: Future[Any], *, result: Any = None, error: BaseException | None = None) -> None:
     """Resolve ``future`` unless something already did."""
     try:
         if error is not None:
@@ -372,10 +372,10 @@ class ReplyCollector:
     def settle_resolved(self) -> None:
         """Settle resolved futures in order; the caller holds no executor lock, since their
         done-callbacks may call the executor."""
-        while True:
+        while self._resolved:  # the common case, nothing to settle, raises nothing (~1 µs less)
             try:
                 call = self._resolved.popleft()
-            except IndexError:
+            except IndexError:  # another thread took the last one
                 return
             assert call.future is not None
             settle(call.future, result=call.value, error=call.error)

@@ -73,7 +73,8 @@ class ExecutorFailedError(ExecutorError):
         return (_rebuild_failed, (type(self), self.args[0] if self.args else "", self.fields()))
 
 
-def _rebuild_failed(cls: type[ExecutorFailedError], message: str, fields: dict) -> ExecutorFailedError:
+def _rebuild_failed(cls: type[ExecutorFailedError], message: str,
+                    fields: dict[str, Any]) -> ExecutorFailedError:
     return cls(message, **fields)
 
 
@@ -109,7 +110,7 @@ class WorkerError(ExecutorError):
             text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
         return text
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         kwargs = {
             "rank": self.rank,
             "exc_type": self.exc_type,
@@ -119,7 +120,7 @@ class WorkerError(ExecutorError):
         return (_rebuild_worker_error, (type(self), self.args[0], kwargs))
 
 
-def _rebuild_worker_error(cls: type[WorkerError], message: str, kwargs: dict) -> WorkerError:
+def _rebuild_worker_error(cls: type[WorkerError], message: str, kwargs: dict[str, Any]) -> WorkerError:
     return cls(message, **kwargs)
 
 

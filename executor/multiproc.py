@@ -412,7 +412,7 @@ class MultiprocExecutor:
         self._raise_failure()
 
     def _submit(
-        self, method: Any, timeout: float | None, args: tuple, kwargs: dict,
+        self, method: Any, timeout: float | None, args: tuple[Any, ...], kwargs: dict[str, Any],
         reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None, non_block: bool,
     ) -> PendingCall:
         name = method_name(method)
@@ -440,7 +440,7 @@ class MultiprocExecutor:
         return call
 
     def _encode(
-        self, call: PendingCall, method: Any, args: tuple, kwargs: dict,
+        self, call: PendingCall, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
         reply_rank: int | None, trace: RpcTrace | None,
     ) -> list[Any]:
         try:

@@ -133,7 +133,7 @@ class _ReusablePickler(threading.local):
         return stream.getvalue(), self.buffers
 
 
-class _CloudPickler(cloudpickle.CloudPickler):
+class _CloudPickler(cloudpickle.CloudPickler):  # type: ignore[misc]  # untyped base
     def reducer_override(self, obj: Any) -> Any:
         torch = sys.modules.get("torch")
         if torch is not None and type(obj) is torch.Tensor and _plain_cpu_tensor(obj):

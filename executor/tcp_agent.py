@@ -66,7 +66,7 @@ class NodeAgent:
             sock.close(linger=0)
             ctx.term()  # before the next fork
 
-    def _loop(self, sock: zmq.Socket, config: NodeConfig, group: NodeGroup) -> NodeConfig | None:
+    def _loop(self, sock: zmq.Socket[Any], config: NodeConfig, group: NodeGroup) -> NodeConfig | None:
         cfg, incarnation = config.cfg, config.incarnation
         last_seen, next_beat = time.monotonic(), 0.0
         following: NodeConfig | None = None
@@ -108,7 +108,7 @@ class NodeAgent:
         group.leave()
         return config
 
-    def _take(self, sock: zmq.Socket) -> list[tuple[int, bytes]]:
+    def _take(self, sock: zmq.Socket[Any]) -> list[tuple[int, bytes]]:
         """The authentic messages waiting on the link, as (kind, payload)."""
         got: list[tuple[int, bytes]] = []
         while True:

@@ -93,7 +93,7 @@ class NodeConfig:
     nonce: bytes = b""
 
 
-def poller_for(sock: zmq.Socket, interrupt_fds: Sequence[int]) -> zmq.Poller:
+def poller_for(sock: zmq.Socket[Any], interrupt_fds: Sequence[int]) -> zmq.Poller:
     """A poller on ``sock`` and on every interrupt fd (cancel or death pipe)."""
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
@@ -111,9 +111,9 @@ def relayed_payload(frames: Sequence[zmq.Frame]) -> bytes:
     return frames[1].bytes if len(frames) == 2 else b"".join(f.buffer for f in frames[1:])
 
 
-def new_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+def new_socket(ctx: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
     """A socket that never drops (no high-water mark) and does not linger at close."""
-    sock = ctx.socket(kind)
+    sock: zmq.Socket[Any] = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)  # never drop; the collector's deadlines bound every wait
     sock.setsockopt(zmq.RCVHWM, 0)
@@ -252,7 +252,7 @@ class DriverHub(threading.Thread):
         return True
 
     @staticmethod
-    def _drain(sock: zmq.Socket, handle: Callable[[list[zmq.Frame]], None]) -> None:
+    def _drain(sock: zmq.Socket[Any], handle: Callable[[list[zmq.Frame]], None]) -> None:
         while True:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)

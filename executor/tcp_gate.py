@@ -34,6 +34,7 @@ import hmac
 import logging
 from collections.abc import Iterable
 from hashlib import sha256
+from typing import Any
 
 import zmq
 
@@ -51,7 +52,7 @@ def connect_token(key: bytes) -> bytes:
     return hmac.new(key, b"faultlab-connect", digestmod=sha256).hexdigest().encode()
 
 
-def guard_server(sock: zmq.Socket) -> None:
+def guard_server(sock: zmq.Socket[Any]) -> None:
     """Before ``bind``: only peers that pass the gate may send this socket a message."""
     sock.setsockopt(zmq.PLAIN_SERVER, 1)
     sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
@@ -60,7 +61,7 @@ def guard_server(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
 
 
-def present(sock: zmq.Socket, key: bytes) -> None:
+def present(sock: zmq.Socket[Any], key: bytes) -> None:
     """Before ``connect``: this socket shows the token of ``key`` at the driver's gate."""
     sock.setsockopt(zmq.PLAIN_USERNAME, USERNAME)
     sock.setsockopt(zmq.PLAIN_PASSWORD, connect_token(key))
@@ -69,7 +70,7 @@ def present(sock: zmq.Socket, key: bytes) -> None:
 class ConnectionGate:
     """The ZAP handler of one context: answers each handshake from the hub thread's loop."""
 
-    def __init__(self, ctx: zmq.Context, keys: Iterable[bytes]) -> None:
+    def __init__(self, ctx: zmq.Context[Any], keys: Iterable[bytes]) -> None:
         self.sock = ctx.socket(zmq.REP)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(ZAP_ENDPOINT)  # before the guarded socket binds: no unjudged window

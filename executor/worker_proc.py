@@ -256,7 +256,8 @@ class WorkerProc:
             self.state.deferring = False
         self.state.take_deferred()
 
-    def _execute(self, msg_id: int, method: Any, args: tuple, kwargs: dict) -> tuple[int, Any]:
+    def _execute(self, msg_id: int, method: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> tuple[int, Any]:
         try:
             if failpoints.ACTIVE:
                 failpoints.fire("worker.before_execute", rank=self.rank, msg_id=msg_id,

@@ -50,7 +50,7 @@ _JOURNAL_ERRORS = j.JOURNAL_ERRORS
 TRACE_ID, SPAN_ID, ENQ_START, ENQ_END, SIZE, FIRST_RANK = 0, 1, 2, 3, 4, 5
 
 
-class RpcTrace(list):
+class RpcTrace(list[int]):
     """``[trace id, span id, enqueue start, enqueue end, body size, rank, dequeue start,
     dequeue end, rank, ...]`` (see the module docstring)."""
 

@@ -67,7 +67,7 @@ class ExecutorLike(Protocol):
 
     def check_health(self) -> None: ...
 
-    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple[Any, ...] = (),
                        kwargs: dict[str, Any] | None = None, non_block: bool = False,
                        unique_reply_rank: int | None = None) -> Any: ...
 

@@ -100,7 +100,7 @@ class StageModel:
     def _attention(self, batch: ModelBatch, index: int, layer: LayerWeights,
                    x: torch.Tensor) -> torch.Tensor:
         qkv = by_shard(matmul(x, layer.qkv), len(self.shards))  # [shards, tokens, 3 * d]
-        q, k, v = qkv.split(self.cfg.head_dim, dim=-1)
+        q, k, v = qkv.split(self.cfg.head_dim, dim=-1)  # type: ignore[no-untyped-call]
         outputs, start = [], 0
         for request_id, tokens, position in zip(batch.request_ids, batch.token_ids,
                                                 batch.positions, strict=True):

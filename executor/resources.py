@@ -14,6 +14,11 @@ Invariants:
 - ``cancel()`` never writes to a closed (and possibly recycled) fd number.
 - Every process's sentinel and pidfd are closed once it has ended, whoever reaped it (the
   caller's SIGCHLD disposition or handler included: executor/exits.py).
+- ``owned()`` compares with this process's pid as cached at import and refreshed in every
+  fork child (``os.register_at_fork``): ``os.getpid()`` is a system call (~0.5 µs) and the
+  owner check runs on every call.  A fork that bypasses CPython's fork hooks (a C library
+  calling fork() and then running Python) would keep the parent's pid: CPython itself,
+  multiprocessing and concurrent.futures all run the hooks.
 """
 
 from __future__ import annotations
@@ -36,6 +41,15 @@ if TYPE_CHECKING:  # pyzmq is loaded only when nnodes > 1 (executor/remote_nodes
     from executor.remote_nodes import RemoteNodes
 
 log = logging.getLogger("executor")
+
+_this_pid = [os.getpid()]  # [0]: this process's pid, kept current across forks
+
+
+def _forked() -> None:
+    _this_pid[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class ExecutorResources:
@@ -67,7 +81,7 @@ class ExecutorResources:
         recv_pool.pool.open_user()  # closed by the shutdown that runs (and only by it)
 
     def owned(self) -> bool:
-        return os.getpid() == self.owner_pid
+        return _this_pid[0] == self.owner_pid
 
     def cancel(self) -> None:
         """Wake every thread waiting on a queue of this executor; they find it failed."""

@@ -286,6 +286,9 @@ class QueueReader:
         self._n_chunks = self.spec.n_chunks
         self._chunk_bytes = self.spec.chunk_bytes
         self._progress = self.spec.progress_offset + 8 * index
+        # Per chunk: where its seq and this reader's read flag live (the hot path indexes these).
+        self._seq_offsets = [base + _META_FIELDS for base in ring.metas]
+        self._flag_offsets = [base + _READ_FLAGS + index for base in ring.metas]
         self._partial: Partial | None = None
         self._held: tuple[int, bytes | bytearray] | CorruptMessageError | None = None
         self._unreleased: tuple[int, int] | None = None  # (index, seq) taken, flag maybe not set
@@ -380,14 +383,14 @@ class QueueReader:
         """Wait for the chunk with the expected sequence number and return its meta."""
         index = (self._seq - 1) % self._n_chunks
         buf, base, expected = self.ring.buf, self.ring.metas[index], self._seq
-        old = expected - self._n_chunks
+        old, at_seq = expected - self._n_chunks, self._seq_offsets[index]
         seq_of = _U64.unpack_from
 
         def ready() -> bool:
             # seq before written: the writer clears written before it touches seq and sets
             # it last, so a new seq seen with written set means the whole chunk is there.
             # A published seq at or past ours with no such chunk is damage: take it to look.
-            return (seq_of(buf, base + _META_FIELDS)[0] != old and buf[base] == 1) or (
+            return (seq_of(buf, at_seq)[0] != old and buf[base] == 1) or (
                 seq_of(buf, _PUBLISHED)[0] >= expected
             )
 
@@ -433,8 +436,8 @@ class QueueReader:
             return
         index, seq = taken
         buf = self.ring.buf
-        flag = self.ring.metas[index] + _READ_FLAGS + self.index
-        if buf[flag] != 1 and self.ring.seq_at(index) == seq:
+        flag = self._flag_offsets[index]
+        if buf[flag] != 1 and _U64.unpack_from(buf, self._seq_offsets[index])[0] == seq:
             buf[flag] = 1
         _U64.pack_into(buf, self._progress, seq + 1)
         self._unreleased = None

@@ -1,6 +1,8 @@
 """faultlab's multi-process executor: a driver broadcasting RPCs to worker processes.
 
 Public names (docs/design.md, section 1.1); everything else in the package is internal.
+``RayExecutor`` (the same contract on Ray actors) is imported on first use: ``import
+executor`` never imports ray.
 """
 
 from executor.config import ExecutorConfig
@@ -30,6 +32,7 @@ __all__ = [
     "MultiprocExecutor",
     "QueueCorruptedError",
     "QueueFullError",
+    "RayExecutor",
     "ReplyUnpicklingError",
     "RequestPicklingError",
     "ResourceLimitError",
@@ -39,3 +42,11 @@ __all__ = [
     "WorkerError",
     "WorkerStartupError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "RayExecutor":
+        from executor.ray_executor import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(f"module 'executor' has no attribute {name!r}")

@@ -47,9 +47,10 @@ from executor.errors import ExecutorFailedError, RestartAborted, describe
 
 if TYPE_CHECKING:
     from executor.multiproc import MultiprocExecutor
+    from executor.ray_executor import RayExecutor
 
 
-def restart_workers(ex: MultiprocExecutor, reason: str) -> None:
+def restart_workers(ex: MultiprocExecutor | RayExecutor, reason: str) -> None:
     """Fail the current incarnation if needed, then start a new one (see module doc)."""
     with ex.restart_lock:
         ex.check_restartable()
@@ -66,7 +67,7 @@ def restart_workers(ex: MultiprocExecutor, reason: str) -> None:
             span.end()
 
 
-def _restart_locked(ex: MultiprocExecutor, reason: str) -> None:
+def _restart_locked(ex: MultiprocExecutor | RayExecutor, reason: str) -> None:
     cfg = ex.config
     errors: list[str] = []
     attempt = 0
@@ -109,7 +110,7 @@ def backoff_s(base: float, cap: float, attempt: int) -> float:
     return float(min(base * 2 ** (attempt - 1), cap))
 
 
-def _start_span(ex: MultiprocExecutor, reason: str) -> Any:
+def _start_span(ex: MultiprocExecutor | RayExecutor, reason: str) -> Any:
     rec = telemetry.get_recorder()
     if not rec.enabled:
         return None

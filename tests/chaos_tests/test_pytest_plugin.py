@@ -19,6 +19,7 @@ point that loads the plugin; collection alone runs in this process (a subprocess
 
 from __future__ import annotations
 
+import json
 import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -144,11 +145,14 @@ def test_two_xdist_workers_run_every_scenario_once(pytester: pytest.Pytester, su
         'expect = "fault_free"', 'expect = "fail_fast"')
     pytester.makefile(".toml", tiny=more)
     result = pytester.runpytest_subprocess(*QUICK, "-n", "2", "--faultlab-suite", str(suite),
-                                           "-k", "not slow", "-v", timeout=120)
+                                           "-k", "not slow", "-v", "--faultlab-out=runs", timeout=120)
     result.assert_outcomes(passed=2)
     ran = [line for line in result.outlines if "PASSED" in line and "tiny::" in line]
     assert sorted(line.split()[-1] for line in ran) == ["tiny::kill-mid-call", "tiny::second-kill"]
     assert {line.split()[0] for line in ran} == {"[gw0]", "[gw1]"}, ran  # each worker ran one
+    for name in ("kill-mid-call", "second-kill"):  # each in a run directory of its own
+        saved = json.loads((pytester.path / "runs" / "tiny" / name / "result.json").read_text())
+        assert (saved["name"], saved["violations"]) == (name, [])
 
 
 def test_without_the_option_nothing_of_chaos_loads(pytester: pytest.Pytester) -> None:

@@ -585,3 +585,43 @@ class TrustsWaitpid(MultiprocExecutor):
         executor.protocol.REAPED_ELSEWHERE = patched.pop("REAPED_ELSEWHERE")
         for name, original in patched.items():
             setattr(executor.exits, name, original)
+
+
+# ---------------------------------------------------------------- what only some rules reach
+# The two bugs the Hypothesis machine's base rules never met (issue 26); chaos.machine_rules'
+# damage_next_request / stubborn_worker rules and `faultlab chaos explore` find them.
+
+class SkipsChecksum(MultiprocExecutor):
+    """Every queue end (forked workers too) computes checksum 0: nothing is verified."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        import executor.shm_queue
+
+        self._digest = executor.shm_queue._digest
+        executor.shm_queue._digest = lambda data: 0
+        try:
+            super().__init__(*a, **kw)
+        except BaseException:
+            executor.shm_queue._digest = self._digest
+            raise
+
+    def shutdown(self) -> None:
+        import executor.shm_queue
+
+        super().shutdown()
+        executor.shm_queue._digest = self._digest
+
+
+class NoSigkill(MultiprocExecutor):
+    """Shutdown asks and SIGTERMs, but never SIGKILLs."""
+
+    def shutdown(self) -> None:
+        import executor.stopping
+
+        original = executor.stopping._signal
+        executor.stopping._signal = (
+            lambda child, sig: None if sig == signal.SIGKILL else original(child, sig))
+        try:
+            super().shutdown()
+        finally:
+            executor.stopping._signal = original

@@ -36,7 +36,7 @@ def run_one(scenario: Scenario, seed: int, out: Path, start_method: str | None =
         {"seed": seed, "start_method": start_method, "scenario": scenario.to_dict()}, indent=2))
     return run_scenario(scenario.executor_config(start_method), scenario.build_workload(),
                         scenario.plan(seed), out, name=scenario.name, expected=scenario.expect,
-                        may_not_fire=scenario.may_not_fire)
+                        may_not_fire=scenario.may_not_fire, executor_class=scenario.executor_class())
 
 
 def run_suite(suite: Suite, seed: int, out: Path, progress: Progress | None = None,

@@ -3,6 +3,8 @@
     [suite]                      name, description, seed, and config defaults
     [[scenario]]                 name, workload ("standard" | "module:function") or calls,
       [scenario.config]          ExecutorConfig overrides, expect (an outcome or "auto"),
+                                 executor ("module:Class", default the real executor: a
+                                 planted mutant of chaos.mutants, for explore's regressions),
       [[scenario.faults]]        kind + the fault's fields (see chaos.faults); ``at`` is
                                  seconds or a [low, high] range (low <= high);
                                  ``may_not_fire = true``: it may legitimately never fire (a
@@ -38,7 +40,8 @@ from chaos.workloads import CallSpec, Workload, rpc_sequence
 from executor import ExecutorConfig
 
 SUITE_DIR = Path(__file__).with_name("suites")
-_SCENARIO_KEYS = {"name", "workload", "calls", "config", "faults", "expect", "description"}
+_SCENARIO_KEYS = {"name", "workload", "calls", "config", "faults", "expect", "description",
+                  "executor"}
 _SUITE_KEYS = {"name", "description", "seed", "config", "spec"}
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(ExecutorConfig)}
 
@@ -56,6 +59,7 @@ class Scenario:
     calls: tuple[CallSpec, ...] = ()
     expect: str = "auto"
     may_not_fire: tuple[int, ...] = ()  # indices of faults that may legitimately never fire
+    executor: str = ""  # "module:Class" of the executor to run ("": MultiprocExecutor)
 
     def executor_config(self, start_method: str | None = None) -> ExecutorConfig:
         overrides = {"start_method": start_method} if start_method else {}
@@ -69,6 +73,15 @@ class Scenario:
         module, _, attr = self.workload.partition(":")
         return getattr(importlib.import_module(module), attr)
 
+    def executor_class(self) -> type:
+        if not self.executor:
+            from executor import MultiprocExecutor
+
+            return MultiprocExecutor
+        module, _, attr = self.executor.partition(":")
+        cls: type = getattr(importlib.import_module(module), attr)
+        return cls
+
     def plan(self, seed: int) -> FaultPlan:
         return FaultPlan(self.faults, seed=seed)
 
@@ -78,6 +91,8 @@ class Scenario:
                                                               if i in self.may_not_fire else {})}
                                            for i, f in enumerate(self.faults)],
                                 "expect": self.expect}
+        if self.executor:
+            data["executor"] = self.executor
         if self.calls:
             data["calls"] = [c.to_dict() for c in self.calls]
         else:
@@ -99,6 +114,7 @@ class Scenario:
             tuple(CallSpec.from_dict(c, f"{where}.calls[{i}]") for i, c in enumerate(calls)),
             _expect(data.get("expect", "auto"), f"{where}.expect"),
             tuple(i for i, (_, may) in enumerate(faults) if may),
+            _executor(data.get("executor", ""), f"{where}.executor"),
         )
         scenario.check_ranks(where)
         return scenario
@@ -230,6 +246,21 @@ def _workload(value: Any, where: str) -> str:
         raise PlanError(f"{where}: must be one of {sorted(BUILTIN)} or 'module:function', "
                         f"got {value!r}")
     return value
+
+
+def _executor(value: Any, where: str) -> str:
+    """"" or an importable "module:Class" (checked now: a typo is a load error, not a run's)."""
+    if value == "":
+        return ""
+    module, _, attr = value.partition(":") if isinstance(value, str) else ("", "", "")
+    try:
+        cls = getattr(importlib.import_module(module), attr) if module and attr else None
+    except (ImportError, AttributeError):
+        cls = None
+    if not isinstance(cls, type):
+        raise PlanError(f"{where}: must be 'module:Class' of an executor class (e.g. "
+                        f"'chaos.mutants:SwallowsDeath'), got {value!r}")
+    return str(value)
 
 
 def _expect(value: Any, where: str) -> str:

@@ -8,6 +8,7 @@ and goes on, because the recording proxy has already logged each outcome for the
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -49,9 +50,14 @@ class CallSpec:
 
 
 def call_quietly(ex: RecordingExecutor, spec: CallSpec) -> Any:
-    """Make one call; documented errors are recorded by the proxy, not raised."""
+    """Make one call; documented errors are recorded by the proxy, not raised.  A method
+    "module:function" is that function, run on each worker as ``function(worker, *args)``."""
+    method: Any = spec.method
+    if ":" in method:
+        module, _, attr = method.partition(":")
+        method = getattr(importlib.import_module(module), attr)
     try:
-        return ex.collective_rpc(spec.method, timeout=spec.timeout, args=spec.args,
+        return ex.collective_rpc(method, timeout=spec.timeout, args=spec.args,
                                  non_block=spec.non_block, unique_reply_rank=spec.unique_reply_rank)
     except (ExecutorError, TimeoutError, TypeError):
         return None

@@ -3,6 +3,7 @@
     faultlab chaos run SUITE|PATH --seed N --out DIR [--junit FILE] [--start-method M] [-k REGEX]
                                   [--target NAME]
     faultlab chaos replay DIR/SCENARIO [--out DIR2]
+    faultlab chaos explore --budget 5m --out DIR [--mutant NAME] [--seed N]   (faultlab.explore_cli)
     faultlab chaos compare SUITE --targets NAME,NAME,... [--seeds N] --out DIR [--skip-missing]
 
 ``--target`` (default ``faultlab``: today's behaviour, every [[scenario]] on faultlab's
@@ -32,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultlab import explore_cli
 from faultlab.usage import (
     UsageError,
     dir_problem,
@@ -72,6 +74,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                          help="run the installed targets, list the missing ones in compare.md")
     compare.add_argument("-k", dest="only", type=regex, default=None,
                          help="only scenarios matching this regex")
+    explore_cli.configure(sub)
     replay = sub.add_parser("replay", help="rerun one scenario of an earlier run exactly")
     replay.add_argument("scenario_dir", type=Path, help="DIR/SCENARIO of an earlier run")
     replay.add_argument("--out", type=output_dir, default=None, help="default: SCENARIO/replay")
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     if args.chaos_command == "compare":
         return _compare(args)
+    if args.chaos_command == "explore":
+        return explore_cli.run(args)
     return _replay(args)
 
 
@@ -118,6 +123,7 @@ def _resolve_target(name: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from chaos.regressions import with_regressions
     from chaos.runner import print_summary, run_suite, stderr_progress, timed, write_junit
     from chaos.suites import SuiteError, load_suite
 
@@ -129,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         suite.scenarios or suite.recovery))
     if targeted:
         return _run_target(args, suite)
+    suite = with_regressions(suite)  # explore's findings on the real executor come first
     _check_selection([s.name for s in suite.scenarios], args.only, suite.name)
     seed = suite.seed if args.seed is None else args.seed
     sys.stderr.write(f"chaos suite {suite.name} ({suite.path}), seed {seed}, out {args.out}\n")

@@ -12,9 +12,7 @@ steps well within the per-test timeout.
 from __future__ import annotations
 
 import re
-import signal
 import time
-from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -22,10 +20,8 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis_profiles import PROFILE, scaled
 
-import executor.shm_queue
-import executor.stopping
 from chaos.machine_rules import InterruptPointsMachine, SurroundingsMachine
-from chaos.mutants import LocksBeforeTry
+from chaos.mutants import LocksBeforeTry, NoSigkill, SkipsChecksum
 from executor import MultiprocExecutor
 
 # A SIGINT that lands while the interpreter runs a finalizer or weakref callback is printed
@@ -41,35 +37,6 @@ class ForkSurroundings(InterruptPointsMachine):
 
 def test_surroundings_machine_fork() -> None:
     run_state_machine_as_test(ForkSurroundings, settings=scaled(0.3))
-
-
-class SkipsChecksum(MultiprocExecutor):
-    """Every queue end (forked workers too) computes checksum 0: nothing is verified."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        self._digest = executor.shm_queue._digest
-        executor.shm_queue._digest = lambda data: 0
-        try:
-            super().__init__(*a, **kw)
-        except BaseException:
-            executor.shm_queue._digest = self._digest
-            raise
-
-    def shutdown(self) -> None:
-        super().shutdown()
-        executor.shm_queue._digest = self._digest
-
-
-class NoSigkill(MultiprocExecutor):
-    """Shutdown asks and SIGTERMs, but never SIGKILLs."""
-
-    def shutdown(self) -> None:
-        original = executor.stopping._signal
-        executor.stopping._signal = lambda p, sig: None if sig == signal.SIGKILL else original(p, sig)
-        try:
-            super().shutdown()
-        finally:
-            executor.stopping._signal = original
 
 
 HUNT = settings(PROFILE, max_examples=200, stateful_step_count=8, derandomize=True, database=None,

@@ -1,0 +1,282 @@
+"""``explore``: run swarm scenarios until a budget ends; shrink, reproduce and file each failure.
+
+    seed, seed+1, ... ──chaos.swarm.draw──► Scenario ──run_one──► result + history.jsonl
+         │                                                  │ judge: oracles (minus "outcome")
+         │                                                  │        + chaos.history_check
+         │                                      Coverage ◄──┤
+         │                                                  ▼ a failure
+         │     signature (the invariants broken) shares one with a finding? ── yes: counted
+         │                                                  │ no
+         │       shrink: drop faults, drop calls, probability → on_call, while it still fails
+         │       reproduce k of n; k = 0: flaky (kept, flagged, never dropped)
+         │       regressions suite ◄── the shrunk scenario ("Reproduce with: ...")
+         └──────────── until the budget ends ──► coverage.md/json, junit.xml, explore.json
+
+    OUT/scenarios/swarm-SEED/   each run: scenario.json, swarm.json, result.json, history.jsonl
+                                (trace/ and ctl/ kept only for failures)
+    OUT/findings/SIGNATURE/     run/ (the shrunk scenario: what replay takes), repro-K/
+
+Judging: every invariant of chaos.oracles holds for any workload except "outcome" (the
+outcome table's expectation is written for the suites' workloads: a swarm's ``fail`` calls
+and late sleeps change the observed outcome without breaking anything); the history checker
+adds its classes.  The budget bounds the exploring; shrinking and reproducing a finding are
+bounded on their own (``Limits``).  Processes a broken executor leaves behind are SIGKILLed
+after each run (they are the explore's own children).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import psutil
+
+from chaos import history, history_check, swarm
+from chaos.coverage import Coverage
+from chaos.faults import fault_from_dict
+from chaos.regressions import append_scenario
+from chaos.runner import run_one, slug
+from chaos.scenario import ScenarioResult
+from chaos.suites import Scenario
+
+IGNORED = frozenset({"outcome"})
+_HELPERS = ("forkserver", "resource_tracker")
+Say = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    shrink_runs: int = 40  # candidate runs per finding
+    shrink_s: float = 60.0
+    reproductions: int = 3
+
+
+@dataclasses.dataclass
+class Verdict:
+    result: ScenarioResult
+    events: list[dict[str, Any]]
+    problems: list[str]  # "[invariant] message" and "history.kind: message"
+
+    @property
+    def signature(self) -> frozenset[str]:
+        return frozenset(p.split("]")[0].lstrip("[") if p.startswith("[") else p.split(":")[0]
+                         for p in self.problems)
+
+
+@dataclasses.dataclass
+class Finding:
+    signature: frozenset[str]
+    seed: int
+    found_after_s: float
+    original: Scenario
+    shrunk: Scenario
+    problems: list[str]
+    run_dir: Path
+    reproduced: int = 0
+    tries: int = 0
+    duplicates: int = 0
+
+    @property
+    def flaky(self) -> bool:
+        return self.reproduced == 0
+
+    @property
+    def name(self) -> str:
+        return "+".join(sorted(self.signature))
+
+    def schedule_length(self, scenario: Scenario) -> int:
+        return len(scenario.faults) + len(scenario.calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signature": sorted(self.signature), "seed": self.seed,
+                "found_after_s": round(self.found_after_s, 2), "flaky": self.flaky,
+                "reproduced": self.reproduced, "tries": self.tries, "duplicates": self.duplicates,
+                "schedule_length": self.schedule_length(self.shrunk),
+                "original_length": self.schedule_length(self.original),
+                "problems": self.problems, "run_dir": str(self.run_dir),
+                "scenario": self.shrunk.to_dict()}
+
+
+@dataclasses.dataclass
+class Exploration:
+    out: Path
+    executor: str = ""  # "module:Class"; "" the real executor
+    seed: int = 0
+    limits: Limits = Limits()
+    regressions: Path | None = None  # where findings are filed (None: OUT/regressions.toml)
+    say: Say = print
+    coverage: Coverage = dataclasses.field(default_factory=Coverage)
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    runs: int = 0
+
+    def run(self, budget_s: float) -> list[Finding]:
+        t0, seed = time.monotonic(), self.seed
+        while time.monotonic() - t0 < budget_s:
+            self._explore_one(seed, t0)
+            seed += 1
+        self._write_reports(time.monotonic() - t0)
+        return self.findings
+
+    def _explore_one(self, seed: int, t0: float) -> None:
+        drawn = swarm.draw(seed)
+        scenario = drawn.scenario(self.executor)
+        where = self.out / "scenarios" / f"swarm-{seed}"
+        verdict = judge(scenario, seed, where)
+        (where / "swarm.json").write_text(json.dumps(drawn.to_dict(), indent=1))
+        self.runs += 1
+        self.coverage.add(verdict.result, drawn.start_method, verdict.events,
+                          lambda r: swarm.fault_site(scenario.faults[r["index"]]))
+        if not verdict.problems:
+            _drop_traces(where)
+            return
+        for known in self.findings:
+            if known.signature & verdict.signature:  # the same bug, seen again
+                known.duplicates += 1
+                return
+        found_after = time.monotonic() - t0
+        self.say(f"seed {seed}: {verdict.problems[0][:200]} ({found_after:.1f} s in); shrinking")
+        self.findings.append(self._file(self._shrink(scenario, seed, verdict), seed, found_after,
+                                        scenario))
+
+    def _shrink(self, scenario: Scenario, seed: int, verdict: Verdict) -> tuple[Scenario, Verdict]:
+        target, deadline = verdict.signature, time.monotonic() + self.limits.shrink_s
+        runs, best, best_verdict = 0, scenario, verdict
+        progress = True
+        while progress and runs < self.limits.shrink_runs and time.monotonic() < deadline:
+            progress = False
+            for candidate in candidates(best, seed):
+                if runs >= self.limits.shrink_runs or time.monotonic() >= deadline:
+                    break
+                runs += 1
+                tried = judge(candidate, seed, self.out / "shrinking" / f"{seed}-{runs}")
+                if tried.signature & target:
+                    best, best_verdict, progress = candidate, tried, True
+                    break
+        shutil.rmtree(self.out / "shrinking", ignore_errors=True)
+        return best, best_verdict
+
+    def _file(self, shrunk: tuple[Scenario, Verdict], seed: int, found_after: float,
+              original: Scenario) -> Finding:
+        scenario, verdict = shrunk
+        label = slug("+".join(sorted(verdict.signature)))
+        scenario = dataclasses.replace(scenario, name=f"explore-{label}-{seed}")
+        home = self.out / "findings" / slug(scenario.name)
+        finding = Finding(verdict.signature, seed, found_after, original, scenario,
+                          verdict.problems, home / "run")
+        judge(scenario, seed, finding.run_dir)  # the run that replay takes
+        for k in range(self.limits.reproductions):
+            again = judge(scenario, seed, home / f"repro-{k + 1}")
+            finding.tries += 1
+            finding.reproduced += bool(again.signature & verdict.signature)
+        self._announce(finding)
+        if not finding.flaky:
+            path = self.regressions or self.out / "regressions.toml"
+            append_scenario(path, scenario, f"{finding.name}: {verdict.problems[0][:300]}")
+        else:
+            append_scenario(self.out / "flaky.toml", scenario, f"FLAKY {finding.name}")
+        return finding
+
+    def _announce(self, f: Finding) -> None:
+        state = "FLAKY (did not reproduce)" if f.flaky else "reproduced"
+        self.say(f"FOUND {f.name} at seed {f.seed} after {f.found_after_s:.1f} s: "
+                 f"{f.problems[0][:300]}\n  shrunk from {f.schedule_length(f.original)} to "
+                 f"{f.schedule_length(f.shrunk)} steps ({len(f.shrunk.faults)} fault(s), "
+                 f"{len(f.shrunk.calls)} call(s)); {state} {f.reproduced} of {f.tries}\n"
+                 f"  Reproduce with: faultlab chaos replay {f.run_dir}")
+
+    def _write_reports(self, wall_s: float) -> None:
+        sites = [swarm.site_name(s) for s in swarm.SITES] + ["stubborn_worker"]
+        (self.out / "coverage.json").write_text(json.dumps(self.coverage.to_dict(sites), indent=1))
+        (self.out / "coverage.md").write_text(self.coverage.table(sites))
+        (self.out / "explore.json").write_text(json.dumps({
+            "executor": self.executor or "executor:MultiprocExecutor", "first_seed": self.seed,
+            "runs": self.runs, "wall_s": round(wall_s, 1),
+            "findings": [f.to_dict() for f in self.findings]}, indent=1, default=str))
+        write_junit(self.findings, self.runs, self.out / "junit.xml", wall_s)
+
+
+def judge(scenario: Scenario, seed: int, where: Path) -> Verdict:
+    """Run ``scenario`` into ``where``; its history and every problem found."""
+    started = time.time()
+    result = run_one(scenario, seed, where, scenario.config.get("start_method"))
+    _kill_leftovers(started)
+    events = history.build(result.calls, result.trace_dir)
+    history.write(where / history.FILE_NAME, events)
+    problems = [str(v) for v in result.violations if v.invariant not in IGNORED]
+    problems += [str(v) for v in history_check.check(events)]
+    return Verdict(result, events, problems)
+
+
+def candidates(scenario: Scenario, seed: int) -> list[Scenario]:
+    """Smaller schedules to try, the boldest first: every probability trigger made the
+    first call it drew; each fault dropped; each call dropped, the last first."""
+    out: list[Scenario] = []
+    fixed = _fixed_triggers(scenario, seed)
+    if fixed is not None:
+        out.append(fixed)
+    for i in range(len(scenario.faults)):
+        faults = scenario.faults[:i] + scenario.faults[i + 1:]
+        out.append(dataclasses.replace(scenario, faults=faults,
+                                       may_not_fire=tuple(range(len(faults)))))
+    for j in reversed(range(len(scenario.calls))):
+        if len(scenario.calls) > 1:
+            out.append(dataclasses.replace(scenario, calls=scenario.calls[:j] + scenario.calls[j + 1:]))
+    return out
+
+
+def _fixed_triggers(scenario: Scenario, seed: int) -> Scenario | None:
+    """Each probability fault on the first call its seed drew (seed-free, one firing)."""
+    resolved = scenario.plan(seed).resolve()
+    if not any(f.probability is not None for f in scenario.faults):
+        return None
+    faults = []
+    for fault, r in zip(scenario.faults, resolved, strict=True):
+        if fault.probability is None or not r.calls:
+            faults.append(fault)
+            continue
+        data = {k: v for k, v in fault.to_dict().items() if k not in ("probability", "calls_of")}
+        faults.append(fault_from_dict({**data, "on_call": [r.method, min(r.calls)]}))
+    return dataclasses.replace(scenario, faults=tuple(faults))
+
+
+def write_junit(findings: list[Finding], runs: int, path: Path, wall_s: float) -> None:
+    suite = ET.Element("testsuite", name="chaos.explore", tests=str(max(1, len(findings))),
+                       failures=str(sum(not f.flaky for f in findings)),
+                       errors="0", skipped=str(sum(f.flaky for f in findings)), time=f"{wall_s:.3f}")
+    if not findings:
+        ET.SubElement(suite, "testcase", classname="chaos.explore", name=f"explored {runs} scenarios")
+    for f in findings:
+        case = ET.SubElement(suite, "testcase", classname="chaos.explore", name=f.name,
+                             time=f"{f.found_after_s:.3f}")
+        tag = "skipped" if f.flaky else "failure"
+        node = ET.SubElement(case, tag, message=("flaky: " if f.flaky else "") + f.problems[0][:200])
+        node.text = "\n".join(f.problems) + f"\nReproduce with: faultlab chaos replay {f.run_dir}"
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _drop_traces(where: Path) -> None:
+    for name in ("trace", "ctl"):
+        shutil.rmtree(where / name, ignore_errors=True)
+
+
+def _kill_leftovers(since: float) -> None:
+    """SIGKILL this process's children started by the run (a broken shutdown's workers),
+    never multiprocessing's own helpers (the forkserver, the resource tracker)."""
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            helper = any(h in " ".join(child.cmdline()) for h in _HELPERS)
+            if child.create_time() >= since - 1.0 and not helper:
+                child.send_signal(signal.SIGKILL)
+                child.wait(5)
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+            pass

@@ -1,0 +1,163 @@
+"""The history checker: reads a call history (chaos.history) and says what it breaks.
+
+    history events ──► per call: invoke, completion, executions ──► each check below
+                                                                 ──► [HistoryViolation]
+
+Each violation names its class and carries ``ops``, the smallest set of events that shows
+it (the call's invoke and completion, the other call whose value it got, the two
+executions of one incarnation, ...), so a reader never has to search the whole history.
+
+    never_completed      an invoke with no ok / fail / info
+    wrong_value          ok with a value that is not the fault-free model's
+    reply_to_other       ok with the model's value of *another* call (payloads are unique)
+    out_of_order         a call completed before one submitted earlier (calls that ended
+                         in a deadline are exempt: a deadline may resolve a later call first)
+    executed_twice       one call started twice on one rank in one incarnation, not marked
+                         as a recovery replay
+    executed_after_fail  a worker ran a call the driver reported as never sent (refused
+                         before it joined the queue: QueueFullError, RequestPicklingError).
+                         Other failures say nothing of the other ranks: a broadcast fails at
+                         its first error reply while a slower rank may still start it, and an
+                         ``info`` outcome is unknown by definition
+
+Recovery replays (``replay: true`` executions) are expected: they are counted, never a
+violation.  A history from a chaos target without execution events gets the call checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import defaultdict
+from typing import Any
+
+COMPLETIONS = ("ok", "fail", "info")
+# Exempt from the order check: a deadline may resolve a later call first, and a call refused
+# before it joined the queue has no place in line.
+NEVER_SENT = frozenset({"QueueFullError", "RequestPicklingError"})
+_UNORDERED_ERRORS = NEVER_SENT | {"TimeoutError"}
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryViolation:
+    kind: str
+    message: str
+    ops: tuple[dict[str, Any], ...]
+
+    def __str__(self) -> str:
+        return f"history.{self.kind}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "ops": list(self.ops)}
+
+
+@dataclasses.dataclass
+class _Call:
+    invoke: dict[str, Any]
+    done: dict[str, Any] | None = None
+    execs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def check(events: list[dict[str, Any]]) -> list[HistoryViolation]:
+    """Every violation of the history, in the order of the checks above."""
+    calls = _calls(events)
+    return [*never_completed(calls), *values(calls), *out_of_order(calls),
+            *executed_twice(calls), *executed_after_fail(calls)]
+
+
+def replays(events: list[dict[str, Any]]) -> int:
+    """How many executions were recovery replays (marked, expected)."""
+    return sum(1 for e in events if e["op"] == "exec_start" and e.get("replay"))
+
+
+def _calls(events: list[dict[str, Any]]) -> dict[int, _Call]:
+    calls: dict[int, _Call] = {}
+    for e in events:
+        if e["op"] == "invoke":
+            calls[e["call"]] = _Call(e)
+    for e in events:
+        call = calls.get(e.get("call"))  # type: ignore[arg-type]
+        if call is None:
+            continue
+        if e["op"] in COMPLETIONS and call.done is None:
+            call.done = e
+        elif e["op"] == "exec_start":
+            call.execs.append(e)
+    return calls
+
+
+def never_completed(calls: dict[int, _Call]) -> list[HistoryViolation]:
+    return [HistoryViolation("never_completed", f"call {i} ({c.invoke['method']}"
+                             f"{c.invoke['args']}) was invoked and never completed", (c.invoke,))
+            for i, c in sorted(calls.items()) if c.done is None]
+
+
+def values(calls: dict[int, _Call]) -> list[HistoryViolation]:
+    """ok values against the model: another call's value is named as such."""
+    owner = defaultdict(list)
+    for i, c in calls.items():
+        if c.invoke.get("expected") is not None:
+            owner[c.invoke["expected"]].append(i)
+    out = []
+    for i, c in sorted(calls.items()):
+        want = c.invoke.get("expected")
+        if c.done is None or c.done["op"] != "ok" or want is None or c.done["value"] == want:
+            continue
+        others = [j for j in owner.get(c.done["value"], []) if j != i]
+        if others:
+            other = calls[others[0]]
+            out.append(HistoryViolation("reply_to_other", f"call {i} got {c.done['value']}, "
+                                        f"the value of call {others[0]}; its own is {want}",
+                                        (c.invoke, c.done, other.invoke)))
+        else:
+            out.append(HistoryViolation("wrong_value", f"call {i} got {c.done['value']}; the "
+                                        f"fault-free model's value is {want}", (c.invoke, c.done)))
+    return out
+
+
+def out_of_order(calls: dict[int, _Call]) -> list[HistoryViolation]:
+    """Completion order (``seq``) against submission order, deadlines exempt; one violation
+    per earlier call overtaken, showing the first overtaking call."""
+    ordered = [c for _, c in sorted(calls.items())
+               if c.done is not None and c.done.get("seq") is not None
+               and c.done.get("error") not in _UNORDERED_ERRORS]
+    out = []
+    for earlier, later in itertools.combinations(ordered, 2):
+        assert earlier.done is not None and later.done is not None
+        if later.done["seq"] < earlier.done["seq"]:
+            out.append(HistoryViolation(
+                "out_of_order", f"call {later.invoke['call']} completed before call "
+                f"{earlier.invoke['call']}, which was submitted first",
+                (earlier.invoke, later.invoke, later.done, earlier.done)))
+            break  # the smallest showing: the first overtaken pair
+    return out
+
+
+def executed_twice(calls: dict[int, _Call]) -> list[HistoryViolation]:
+    out = []
+    for i, c in sorted(calls.items()):
+        by_life = defaultdict(list)
+        for e in c.execs:
+            if not e.get("replay"):
+                by_life[(e.get("rank"), e.get("incarnation"))].append(e)
+        for (rank, life), runs in sorted(by_life.items(), key=repr):
+            if len(runs) > 1:
+                out.append(HistoryViolation(
+                    "executed_twice", f"call {i} started {len(runs)} times on rank {rank} in "
+                    f"incarnation {life} (not a marked recovery replay)",
+                    (c.invoke, *runs[:2])))
+    return out
+
+
+def executed_after_fail(calls: dict[int, _Call]) -> list[HistoryViolation]:
+    out = []
+    for i, c in sorted(calls.items()):
+        done = c.done
+        if done is None or done["op"] != "fail" or done.get("error") not in NEVER_SENT:
+            continue
+        ran = [e for e in c.execs if not e.get("replay")]
+        if ran:
+            out.append(HistoryViolation(
+                "executed_after_fail", f"call {i} was reported failed ({done.get('error')}: "
+                f"never sent) yet rank {ran[0].get('rank')} ran it", (c.invoke, done, ran[0])))
+    return out

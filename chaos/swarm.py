@@ -1,0 +1,156 @@
+"""Swarm fault activation: one seed picks which fault sites are on, how often they fire, and
+the calls they hit, so that every explored scenario is a different corner of the fault space
+and replays exactly from its seed (FoundationDB's BUGGIFY, for our fault kinds).
+
+    seed ──random.Random("faultlab-swarm:SEED")──► Swarm
+        sites:       every (kind, phase, variant) of SITES, each on with ACTIVE_P (1/4)
+        firing:      each active site fires with a probability drawn from FIRE_P, per call
+                     of the method it watches (FaultPlan draws the call numbers from the seed)
+        faults:      at most MAX_FAULTS of the active sites, each on a drawn rank
+        calls:       3 .. MAX_CALLS calls with deadlines (echo with unique payloads, sleeps
+                     slower or faster than their deadline, get_rank, fail), some non_block;
+                     with STUBBORN_P a last call that leaves a worker only SIGKILL ends
+                     (chaos.stubborn: the "stubborn_worker" site)
+        start method fork, forkserver or spawn
+    Swarm.scenario(executor) ──► chaos.suites.Scenario (a TOML-able scenario; replay reruns it)
+
+A site is a kind at one of its phases, plus a variant where the kind has modes (the queue
+and mode of ``corrupt_queue``, the mode of ``fork_in_driver``...).  Every fault may not fire
+(its drawn calls may lie past the workload): ``may_not_fire`` lists them all, and the
+coverage report counts what did.  Left out of the swarm: ``kill_driver`` (a driver
+subprocess per scenario), ``kill_node`` (needs nodes), ``starve_memory`` (a shared machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+from chaos.faults import (
+    CORRUPT_MODES,
+    FORK_MODES,
+    INTERRUPT_PHASES,
+    QUEUES,
+    REAPER_MODES,
+    SIGNAL,
+    WORKER_PHASES,
+    Fault,
+    fault_from_dict,
+)
+from chaos.suites import Scenario
+from chaos.workloads import CallSpec
+
+ACTIVE_P = 0.25  # each site is on in a run with this probability
+FIRE_P = (0.1, 0.25, 0.5, 0.75)  # an active site fires with one of these per call it watches
+MAX_FAULTS = 3
+MAX_CALLS = 10
+WORLD_SIZE = 2
+STUBBORN_P = 0.15
+STUBBORN = CallSpec("chaos.stubborn:sleep", (30.0,), 0.2, True)
+START_METHODS = ("fork", "fork", "fork", "forkserver", "spawn")  # fork starts fastest
+METHODS = ("echo", "sleep", "get_rank", "fail")
+CONFIG = {"tensor_parallel_size": WORLD_SIZE, "shutdown_grace": 0.3, "sigterm_grace": 0.3}
+
+
+def _sites() -> list[dict[str, Any]]:
+    """Every fault site the swarm may switch on: a fault's fields except rank and trigger."""
+    sites: list[dict[str, Any]] = []
+    for kind in ("kill_worker", "term_worker"):
+        sites += [{"kind": kind, "phase": p} for p in (SIGNAL, *WORKER_PHASES)]
+    sites += [{"kind": "hang_worker", "phase": p, "duration": d}
+              for p in (SIGNAL, *WORKER_PHASES) for d in (0.3, None)]
+    sites += [{"kind": "resume_worker"}]
+    sites += [{"kind": "slow_worker", "phase": p, "delay": 0.1} for p in WORKER_PHASES]
+    sites += [{"kind": "raise_in_worker", "phase": p} for p in WORKER_PHASES]
+    sites += [{"kind": "corrupt_queue", "queue": q, "mode": m} for q in QUEUES for m in CORRUPT_MODES]
+    sites += [{"kind": "interrupt_driver", "phase": p} for p in (SIGNAL, *INTERRUPT_PHASES)]
+    sites += [{"kind": "fork_in_driver", "mode": m, "duration": 0.3} for m in FORK_MODES]
+    sites += [{"kind": "fork_in_worker", "phase": "before_execute", "duration": 0.5}]
+    sites += [{"kind": "outside_reaper", "mode": m} for m in REAPER_MODES]
+    sites += [{"kind": "starve_cpu", "duration": 0.3, "processes": 1}]
+    return sites
+
+
+SITES: tuple[dict[str, Any], ...] = tuple(_sites())
+
+
+def site_name(site: dict[str, Any]) -> str:
+    """"kill_worker@before_reply", "corrupt_queue@rpc/flip_payload", ..."""
+    extra = [str(site[k]) for k in ("phase", "queue", "mode") if k in site]
+    return site["kind"] + ("@" + "/".join(extra) if extra else "")
+
+
+_SITE_KEYS = {site["kind"]: tuple(k for k in ("phase", "queue", "mode") if k in site) for site in SITES}
+
+
+def fault_site(fault: Fault) -> str:
+    """The site name of a fault (the swarm's, or one written by hand)."""
+    keys = _SITE_KEYS.get(fault.kind, ())
+    return site_name({"kind": fault.kind, **{k: getattr(fault, k) for k in keys}})
+
+
+@dataclasses.dataclass(frozen=True)
+class Swarm:
+    """What one seed switched on, and the scenario it makes."""
+
+    seed: int
+    active: tuple[tuple[str, float], ...]  # (site name, firing probability), in SITES order
+    faults: tuple[Fault, ...]
+    calls: tuple[CallSpec, ...]
+    start_method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "active": dict(self.active), "start_method": self.start_method,
+                "faults": [f.to_dict() for f in self.faults],
+                "calls": [c.to_dict() for c in self.calls]}
+
+    def scenario(self, executor: str = "") -> Scenario:
+        return Scenario(f"swarm-{self.seed}", {**CONFIG, "start_method": self.start_method},
+                        self.faults, "standard", self.calls, "auto",
+                        tuple(range(len(self.faults))), executor)
+
+
+def draw(seed: int) -> Swarm:
+    """The swarm of ``seed`` (the same seed, the same swarm, in any process)."""
+    rng = random.Random(f"faultlab-swarm:{seed}")
+    active = [(site, rng.choice(FIRE_P)) for site in SITES if rng.random() < ACTIVE_P]
+    calls = _calls(rng, seed, rng.randint(3, MAX_CALLS))
+    stubborn = rng.random() < STUBBORN_P
+    chosen = rng.sample(active, min(len(active), rng.randint(1, MAX_FAULTS))) if active else []
+    faults = tuple(_fault(rng, site, p, calls) for site, p in chosen)
+    names = [(site_name(s), p) for s, p in active] + ([("stubborn_worker", 1.0)] if stubborn else [])
+    return Swarm(seed, tuple(names), faults, calls + ((STUBBORN,) if stubborn else ()),
+                 rng.choice(START_METHODS))
+
+
+def _fault(rng: random.Random, site: dict[str, Any], p: float, calls: tuple[CallSpec, ...]) -> Fault:
+    methods = sorted({c.method for c in calls})
+    watched = "*" if rng.random() < 0.5 else rng.choice(methods)  # a workload has ~7 calls
+    return fault_from_dict({**site, "rank": rng.randrange(WORLD_SIZE), "probability": p,
+                            "calls_of": watched})
+
+
+def _calls(rng: random.Random, seed: int, n: int) -> tuple[CallSpec, ...]:
+    """Every deadline is met with no fault (the fault-free model): 1 s plus every sleep
+    queued before the call, except a late sleep's, which asks for its TimeoutError."""
+    calls, backlog = [], 0.0
+    for i in range(n):
+        call = _call(rng, seed, i, round(1.0 + backlog, 4))
+        backlog += float(call.args[0]) if call.method == "sleep" else 0.0
+        calls.append(call)
+    return tuple(calls)
+
+
+def _call(rng: random.Random, seed: int, i: int, timeout: float) -> CallSpec:
+    method = rng.choice(METHODS)
+    non_block = rng.random() < 0.4
+    if method == "echo":
+        return CallSpec("echo", (f"s{seed}-c{i}",), timeout, non_block)
+    if method == "sleep":  # unique seconds: a reply given to another sleep is seen
+        seconds = round(rng.choice((0.01, 0.1, 0.3)) + i * 1e-4, 4)
+        late = rng.random() < 0.3  # slower than its deadline: a TimeoutError, a late reply
+        return CallSpec("sleep", (seconds,), round(seconds / 3, 4) if late else timeout, non_block)
+    if method == "get_rank":
+        return CallSpec("get_rank", (), timeout, non_block, rng.choice((None, 0, 1)))
+    return CallSpec("fail", (f"s{seed}-f{i}",), timeout, non_block)

@@ -358,3 +358,18 @@ def test_chaos_run_with_a_target(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "fault-free" in capsys.readouterr().out
     assert json.loads((tmp_path / "o" / "summary.json").read_text())[0]["outcome"] == "ok"
     assert junit.exists()
+
+
+@pytest.mark.parametrize("name", ["faultlab", "vllm", "processpool", "loky", "pebble", "ray"])
+def test_a_target_sets_only_settings_the_observer_reads(name: str) -> None:
+    """A misspelt class setting (``exit_timeout_s`` for ``shutdown_timeout_s``) is silently
+    ignored and the default bound applies: every public class attribute of a target must be
+    one that Target declares."""
+    import importlib
+
+    cls = type(importlib.import_module(f"chaos.targets.{name}_target").TARGET)
+    declared = {k for k in vars(Target).get("__annotations__", {})}
+    own = {k for klass in cls.__mro__[:-1] if issubclass(klass, Target) and klass is not Target
+           for k, v in vars(klass).items() if not k.startswith("_") and not callable(v)
+           and not isinstance(v, (property, staticmethod, classmethod))}
+    assert own <= declared, f"{cls.__name__} sets {sorted(own - declared)}, which Target does not declare"

@@ -221,6 +221,7 @@ def check_story(facts: TraceFacts, rows: list[dict[str, Any]]) -> list[Check]:
     services = sorted({r["service"] for r in rows})
     checks.append(Check("services distinguishable", "PASS" if len(services) > 1 else "FAIL",
                         f"{len(services)} service name(s): {', '.join(services)}"))
+    checks.append(_check_events_in_view(rows))
     checks.append(_check_killed(facts, rows))
     checks.append(_check_survivors(facts, rows))
     return checks
@@ -232,6 +233,14 @@ def _check_rows(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
     return Check("every span drawn", "PASS" if ok else "FAIL",
                  f"{len(rows)} rows for {len(facts.spans)} spans"
                  + (f"; not drawn: {', '.join(facts.spans[m].name for m in missing)}" if missing else ""))
+
+
+def _check_events_in_view(rows: list[dict[str, Any]]) -> Check:
+    """Jaeger hides events outside the trace's time range until 'show all': 'Logs (3 of 4)'."""
+    cut = [f"{r['name']} {r['events']}" for r in rows if re.search(r"\(\d+ of \d+\)", r.get("events") or "")]
+    return Check("every event in view", "FAIL" if cut else "PASS",
+                 f"hidden until 'show all': {'; '.join(cut)}" if cut
+                 else "no event outside the trace's range")
 
 
 def _check_killed(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
@@ -272,7 +281,8 @@ def _report(facts: TraceFacts, seen: dict[str, Any], checks: list[Check], pngs: 
     for r in seen["rows"]:
         s = facts.spans.get(r["spanID"])
         who = (s.role + (f" rank {s.rank}" if s.rank is not None else "") + f" pid {s.pid}") if s else "?"
-        events = f"  [{r['events']}]" if r.get("events") else ""
+        names = ", ".join(r.get("eventNames") or [])
+        events = f"  [{r['events']}: {names}]" if r.get("events") else ""
         print(f"  {'ERR' if r['ownError'] else '   '} {r['service']:<22} {r['name']:<40} {who}{events}")
     if latency := readable_values(seen["rows"]):
         print(f"  detection latency as shown: {', '.join(latency)} ms")

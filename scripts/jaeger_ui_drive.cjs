@@ -31,14 +31,22 @@ async function upload(page, url, exportPath, traceId) {
 }
 
 // Opens a detail's Events/Logs accordion (open by default in 2.19: a click would close it)
-// with "show all" (events outside the view range are hidden otherwise); returns its title.
+// with "show all" (events outside the view range are hidden otherwise) and "show more..."
+// (past 3 events); returns its title.
 async function openEvents(detail) {
-  const header = detail.locator('.AccordionEvents--header');
+  const header = detail.locator('.AccordionEvents--header').first();
   if ((await header.count()) === 0) return null;
-  if ((await header.first().getAttribute('aria-checked')) !== 'true') await header.first().click();
-  const all = header.first().locator('button', { hasText: 'show all' });
-  if ((await all.count()) > 0) await all.first().click();
-  return (await header.first().innerText()).trim();
+  const isOpen = async () => (await header.getAttribute('aria-checked')) === 'true';
+  if (!(await isOpen())) await header.click();
+  const title = (await header.locator('strong').innerText()).trim();
+  const all = header.locator('button', { hasText: 'show all' });
+  if ((await all.count()) > 0) {
+    await all.first().click();
+    if (!(await isOpen())) await header.click(); // the button's click reaches the header too
+  }
+  const more = detail.locator('.AccordionEvents--content button', { hasText: 'show more' });
+  if ((await more.count()) > 0) await more.first().click();
+  return title;
 }
 
 async function readRow(page, i) {
@@ -55,6 +63,11 @@ async function readRow(page, i) {
   const detail = page.locator('.detail-row').first();
   await detail.waitFor();
   fact.events = await openEvents(detail);
+  fact.eventNames = await detail
+    .locator('.AccordionEvents--content .AccordionAttributes--summaryItem')
+    .evaluateAll(items => items
+      .filter(li => li.querySelector('.AccordionAttributes--summaryLabel')?.textContent === 'event')
+      .map(li => li.textContent.replace(/^event=/, '')));
   fact.detail = await detail.innerText();
   const id = /([0-9a-f]{16})/.exec(await detail.locator('.SpanDetail--debugInfo').innerText());
   fact.spanID = id ? id[1] : null;

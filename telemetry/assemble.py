@@ -98,6 +98,9 @@ class RecordedSpan:
     # Truncated by the executor's own orderly stop (a survivor shut down after a failure),
     # not by a failure of its own: exports do not mark it as an error.
     stopped: bool = False
+    # Raised only because another process was hit by a fault (a survivor whose collective
+    # broke when its peer was killed): the reason, shown instead of an error in exports.
+    consequence: str = ""
     # Spans that exist only in the told story (``telemetry.failure_marks``: the victim's row
     # in a failed RPC's trace), exported right after this span; never in ``load_run``'s rows.
     story_spans: list[RecordedSpan] = dataclasses.field(default_factory=list)
@@ -105,6 +108,8 @@ class RecordedSpan:
     @property
     def failed(self) -> bool:
         """What exports show as an error: an ERROR status, or cut short by a failure."""
+        if self.consequence:
+            return False
         return self.status == "ERROR" or (self.truncated and not self.stopped)
 
     @property

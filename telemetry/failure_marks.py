@@ -33,6 +33,7 @@ from typing import Any
 
 from telemetry.assemble import ProcessInfo, RecordedEvent, RecordedSpan
 from telemetry.links import add_link
+from telemetry.naming import error_type
 
 FAULT, DETECTION, RESTART_EVENT = "chaos.fault", "faultlab.detection", "faultlab.restart"
 FAILURE = "faultlab.failure"  # the RPC's one-sentence failure story
@@ -204,11 +205,24 @@ def mark_rpc(rpc: RecordedSpan, fault: FaultInfo, restart: RecordedSpan | None,
             add_event(member, FAULT, fault.time_ns, fault_attrs)
             link_to(member, fault.span, "fault", fault.key)
     fate = victim_fate(fault, rpc, members)
+    if victim is not None:
+        _mark_consequences(fault, members, fate)
     rpc.attributes[FAILURE] = _summary(fault, rpc, restart, fate)
     child = _victim_span(rpc, fault, victim, fate, fault_attrs) if victim is not None \
         else _fault_span(rpc, fault, fault_attrs)
     child.start_ns = child.end_ns = inside(fault.time_ns)
     rpc.story_spans = [s for s in rpc.story_spans if s.span_id != child.span_id] + [child]
+
+
+def _mark_consequences(fault: FaultInfo, members: list[RecordedSpan], fate: str) -> None:
+    """Another worker's span of this trace that raised after the victim was hit (its
+    collective with the victim broke) failed because of the fault, not on its own."""
+    for member in members:
+        if (member.process.role == "worker" and member.process.pid != fault.pid
+                and member.status == "ERROR" and member.end_ns is not None
+                and member.end_ns >= fault.time_ns):
+            member.consequence = (f"{error_type(member)} because {fate.split(',')[0]}: "
+                                  "a consequence of the fault, not a failure of its own")
 
 
 def victim_fate(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]) -> str:

@@ -15,7 +15,8 @@ Shape (what the Jaeger UI reads)::
 ``write_jaeger`` writes the same document from a stream of traces (``telemetry.stream``),
 holding one trace at a time: traces are ordered by (first start µs, trace id) in both.
 
-Invariants: times are integer microseconds since the epoch; a truncated span lasts until
+Invariants: times are integer microseconds since the epoch (a duration is end minus start
+in microseconds, so a log at the span's last nanosecond is inside it); a truncated span lasts until
 its process's best-known death (``shown_end_ns``: the fault that killed it, else its
 detected death, else its last record) and carries a warning, ``faultlab.truncated`` and
 ``faultlab.truncated.reason``.  Spans carry ``span.kind`` (client/server/producer/consumer);
@@ -102,7 +103,7 @@ def jaeger_span(span: RecordedSpan, process_id: str) -> dict[str, Any]:
     return {
         "traceID": trace_id, "spanID": f"{span.span_id:016x}", "flags": 1,
         "operationName": display_name(span), "references": references,
-        "startTime": span.start_ns // 1000, "duration": max(0, end_ns - span.start_ns) // 1000,
+        "startTime": span.start_ns // 1000, "duration": max(0, end_ns // 1000 - span.start_ns // 1000),
         "tags": _span_tags(span), "logs": logs, "processID": process_id,
         "warnings": [truncated_message(span)] if span.truncated else None,
     }

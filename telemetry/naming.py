@@ -62,8 +62,10 @@ def export_attributes(span: RecordedSpan) -> dict[str, Any]:
     if span.name.startswith("worker.execute "):
         attrs.setdefault("rpc.system.name", "faultlab")
         attrs.setdefault("rpc.method", span.name.removeprefix("worker.execute "))
-    if span.status == "ERROR" and "error.type" not in attrs:
+    if span.failed and "error.type" not in attrs:
         attrs["error.type"] = error_type(span)
+    if span.consequence:
+        attrs["faultlab.consequence"] = span.consequence
     attrs.setdefault("faultlab.role", span.process.role)
     if span.process.rank is not None:
         attrs.setdefault("faultlab.rank", span.process.rank)

@@ -103,7 +103,7 @@ def to_readable_span(span: RecordedSpan, resource: Resource) -> ReadableSpan:
                   else Status(StatusCode.UNSET))  # a survivor the executor stopped
         end_ns = span.shown_end_ns
     else:
-        code = StatusCode.ERROR if span.status == "ERROR" else StatusCode.UNSET  # OK: UNSET
+        code = StatusCode.ERROR if span.failed else StatusCode.UNSET  # OK: UNSET
         status = Status(code, span.status_message or None if code == StatusCode.ERROR else None)
         end_ns = span.end_ns or span.start_ns
     events = [Event(e.name, dict(e.attributes), e.time_ns) for e in span.events]

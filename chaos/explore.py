@@ -113,13 +113,15 @@ class Exploration:
     limits: Limits = Limits()
     regressions: Path | None = None  # where findings are filed (None: OUT/regressions.toml)
     say: Say = print
+    max_findings: int | None = None  # stop exploring once this many are filed
     coverage: Coverage = dataclasses.field(default_factory=Coverage)
     findings: list[Finding] = dataclasses.field(default_factory=list)
     runs: int = 0
 
     def run(self, budget_s: float) -> list[Finding]:
         t0, seed = time.monotonic(), self.seed
-        while time.monotonic() - t0 < budget_s:
+        while time.monotonic() - t0 < budget_s and (
+                self.max_findings is None or len(self.findings) < self.max_findings):
             self._explore_one(seed, t0)
             seed += 1
         self._write_reports(time.monotonic() - t0)

@@ -1,7 +1,8 @@
 """``faultlab chaos explore``: search the fault space for a while (chaos.explore).
 
     faultlab chaos explore --budget 5m --out DIR [--mutant NAME] [--seed N] [--target faultlab]
-                           [--shrink-runs N] [--reproductions N] [--regressions PATH]
+                           [--shrink-runs N] [--reproductions N] [--max-findings N]
+                           [--regressions PATH]
 
 Writes DIR/scenarios/swarm-SEED/ (each run, its history.jsonl), DIR/findings/, DIR/coverage.md,
 DIR/coverage.json, DIR/junit.xml and DIR/explore.json.  A finding on the real executor is
@@ -70,6 +71,9 @@ def configure(sub: argparse._SubParsersAction) -> None:
                          help="at most this many runs to shrink each finding (default 40)")
     explore.add_argument("--reproductions", type=int_in(1, 100), default=3,
                          help="reruns of each shrunk finding, reported as k of n (default 3)")
+    explore.add_argument("--max-findings", type=int_in(1), default=None,
+                         help="stop once this many distinct failures are filed (e.g. 1 to time "
+                              "the first find of a mutant)")
     explore.add_argument("--regressions", type=output_file, default=None,
                          help="the suite findings are filed in (default: see above)")
 
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                      f", budget {args.budget:g} s, seeds from {args.seed}, out {args.out}\n")
     exploration = Exploration(args.out, executor, args.seed,
                               Limits(shrink_runs=args.shrink_runs, reproductions=args.reproductions),
-                              regressions, say=_say)
+                              regressions, say=_say, max_findings=args.max_findings)
     findings = exploration.run(args.budget)
     write_stdout(summary(exploration, Path(args.out)))
     return 1 if findings else 0

@@ -1,0 +1,158 @@
+"""Issue 26: the history checker on hand-made histories (one per violation class), swarm
+determinism from the seed, histories of a real run, and a short ``faultlab chaos explore``
+that finds a planted mutant, shrinks it and writes a regression that reproduces it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos import history, history_check, swarm
+from chaos.regressions import scenario_toml
+from chaos.runner import run_one
+from chaos.suites import Scenario, load_suite
+from chaos.workloads import CallSpec
+from faultlab.cli import main
+
+
+def _invoke(i: int, expected: str | None, method: str = "echo") -> dict[str, Any]:
+    return {"op": "invoke", "call": i, "t": 10 * i, "method": method, "args": f"({expected},)",
+            "non_block": True, "timeout": 1.0, "expected": expected}
+
+
+def _done(i: int, op: str, seq: int, t: int, **kw: Any) -> dict[str, Any]:
+    return {"op": op, "call": i, "t": t, "seq": seq, **kw}
+
+
+def _exec(i: int, rank: int, t: int, incarnation: int = 0, replay: bool = False) -> dict[str, Any]:
+    return {"op": "exec_start", "call": i, "t": t, "rank": rank, "pid": 100 + rank,
+            "incarnation": incarnation, "replay": replay, "rpc_id": i + 1}
+
+
+CLEAN = [_invoke(0, "'a'"), _invoke(1, "'b'"), _exec(0, 0, 11), _exec(1, 0, 12),
+         _exec(1, 0, 13, incarnation=1, replay=True),  # a recovery replay: expected
+         _done(0, "ok", 0, 20, value="'a'"), _done(1, "info", 1, 30, error="TimeoutError")]
+
+# (violation class, the history, the calls its minimal ops must name)
+BROKEN = [
+    ("never_completed", [_invoke(0, "'a'"), _invoke(1, "'b'"), _done(0, "ok", 0, 20, value="'a'")], {1}),
+    ("wrong_value", [_invoke(0, "'a'"), _done(0, "ok", 0, 20, value="'garbage'")], {0}),
+    ("reply_to_other", [_invoke(0, "'a'"), _invoke(1, "'b'"), _done(0, "ok", 0, 20, value="'a'"),
+                        _done(1, "ok", 1, 30, value="'a'")], {0, 1}),
+    ("out_of_order", [_invoke(0, "'a'"), _invoke(1, "'b'"), _done(1, "ok", 0, 20, value="'b'"),
+                      _done(0, "ok", 1, 30, value="'a'")], {0, 1}),
+    ("executed_twice", [_invoke(0, "'a'"), _exec(0, 1, 11), _exec(0, 1, 12),
+                        _done(0, "ok", 0, 20, value="'a'")], {0}),
+    ("executed_after_fail", [_invoke(0, "'a'"), _done(0, "fail", 0, 5, error="QueueFullError"),
+                             _exec(0, 0, 11)], {0}),
+]
+
+
+def test_a_clean_history_with_a_marked_replay_has_no_violation() -> None:
+    assert history_check.check(CLEAN) == []
+    assert history_check.replays(CLEAN) == 1
+
+
+@pytest.mark.parametrize(("kind", "events", "calls"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_each_violation_class_is_named_with_its_minimal_ops(kind: str, events: list[dict[str, Any]],
+                                                              calls: set[int]) -> None:
+    found = history_check.check(events)
+    assert [v.kind for v in found] == [kind], found
+    assert {op["call"] for op in found[0].ops} == calls
+    assert len(found[0].ops) < len(events) or len(events) <= 4  # a subset, not the history
+
+
+def test_a_deadline_or_an_unmarked_replay_changes_the_verdict() -> None:
+    """A timed-out call may be overtaken; a second run in a new incarnation not marked as a
+    replay is still one run per incarnation (no violation), marked or not."""
+    late = [_invoke(0, "'a'"), _invoke(1, "'b'"), _done(1, "ok", 0, 20, value="'b'"),
+            _done(0, "info", 1, 30, error="TimeoutError")]
+    assert history_check.check(late) == []
+    twice_same_life = [*CLEAN[:4], _exec(1, 0, 13), *CLEAN[5:]]
+    assert [v.kind for v in history_check.check(twice_same_life)] == ["executed_twice"]
+
+
+def test_a_history_file_round_trips_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    history.write(path, CLEAN)
+    assert history.read(path) == CLEAN
+    path.write_text(path.read_text() + "not json\n")
+    with pytest.raises(ValueError, match=r"history.jsonl:8: not a JSON history event"):
+        history.read(path)
+
+
+def test_the_swarm_is_a_function_of_its_seed() -> None:
+    drawn = [swarm.draw(s).to_dict() for s in range(30)]
+    assert drawn == [swarm.draw(s).to_dict() for s in range(30)]
+    assert len({json.dumps(d, sort_keys=True) for d in drawn}) == 30
+    code = ("import json; from chaos import swarm; "
+            "print(json.dumps([swarm.draw(s).to_dict() for s in range(30)], sort_keys=True))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": "12345", "PATH": ""}, cwd=Path(__file__).parents[2])
+    assert json.loads(other.stdout) == json.loads(json.dumps(drawn, sort_keys=True))
+    active = sum(len(d["active"]) for d in drawn) / (30 * len(swarm.SITES))
+    assert 0.15 < active < 0.35  # about ACTIVE_P of the sites are on per run
+
+
+def test_a_swarm_scenario_survives_the_toml_round_trip(tmp_path: Path) -> None:
+    scenario = swarm.draw(7).scenario("chaos.mutants:WrongResults")
+    path = tmp_path / "s.toml"
+    path.write_text('[suite]\nname = "x"\n' + scenario_toml(scenario))
+    assert load_suite(str(path)).scenarios[0].to_dict() == scenario.to_dict()
+
+
+def test_a_real_run_history_maps_each_execution_to_its_call(tmp_path: Path) -> None:
+    calls = (CallSpec("echo", ("one",), 2.0), CallSpec("echo", ("two",), 2.0, True),
+             CallSpec("get_rank", (), 2.0, False, 1))
+    scenario = Scenario("h", {"tensor_parallel_size": 2, "start_method": "fork"}, (), calls=calls)
+    result = run_one(scenario, 0, tmp_path)
+    events = history.build(result.calls, result.trace_dir)
+    starts = sorted((e["call"], e["rank"]) for e in events if e["op"] == "exec_start")
+    assert starts == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [e["op"] for e in events if e["op"] in ("ok", "fail", "info")] == ["ok"] * 3
+    assert history_check.check(events) == []
+
+
+def test_explore_finds_a_planted_mutant_and_files_a_reproducible_regression(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ex"
+    code = main(["chaos", "explore", "--budget", "4s", "--mutant", "WrongResults", "--out", str(out),
+                 "--shrink-runs", "12", "--reproductions", "2"])
+    captured = capsys.readouterr()
+    assert code == 1, captured
+    report = json.loads((out / "explore.json").read_text())
+    [finding] = report["findings"]
+    assert "results" in finding["signature"] or "history.wrong_value" in finding["signature"]
+    assert finding["reproduced"] == 2 and not finding["flaky"]
+    assert finding["schedule_length"] <= 2 < finding["original_length"]
+    assert "Reproduce with: faultlab chaos replay" in captured.out
+    [regression] = load_suite(str(out / "regressions.toml")).scenarios
+    assert regression.executor == "chaos.mutants:WrongResults"
+    junit = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert junit is not None and junit.get("failures") == "1"
+    assert (out / "coverage.md").read_text().startswith("# Coverage of")
+    scenario_dirs = list((out / "scenarios").iterdir())
+    assert scenario_dirs and all((d / "history.jsonl").is_file() for d in scenario_dirs)
+    assert main(["chaos", "replay", finding["run_dir"], "--out", str(tmp_path / "again")]) == 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--budget", "soon"], "a duration is a positive number"),
+    (["--budget", "0s"], "a duration is a positive number"),
+    (["--budget", "1s", "--mutant", "NoSuchBug"], "no executor mutant 'NoSuchBug'"),
+    (["--budget", "1s", "--target", "ray"], "explore drives faultlab's executor only"),
+])
+def test_explore_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     argv: list[str], message: str) -> None:
+    try:
+        code = main(["chaos", "explore", *argv, "--out", str(tmp_path / "o")])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    assert message in capsys.readouterr().err

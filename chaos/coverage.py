@@ -69,7 +69,7 @@ SOMETIMES: dict[str, tuple[Callable[[Run], bool], str]] = {
         _deadline_while_hung, "needs a hang_worker fault and a call with a deadline after it"),
     "a deadline expired while the ring was full": (
         _error("QueueFullError"), "the swarm makes at most ~11 calls: the request ring never "
-        "fills (bursts are chaos.workloads_around's, not the swarm's)"),
+        "fills (bursts are chaos.edge_workloads', not the swarm's)"),
     "a damaged message was caught by its checksum": (
         _error("CorruptMessageError"), "needs corrupt_queue flip_payload/truncate to fire"),
     "a late reply came after its call timed out": (

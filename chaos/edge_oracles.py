@@ -68,7 +68,10 @@ def interrupts_contained(run: RunRecord) -> list[Violation]:
         return []  # other faults may fail calls in their own right
     out = []
     for f in hits:
-        during = [c for c in run.calls if c.start_ns <= f["time_ns"] <= (c.end_ns or 2**63)]
+        # A SIGINT reaches the caller, not a future it holds: an outstanding non_block call
+        # ends in its own outcome (judged by results_correct), even a WorkerError.
+        during = [c for c in run.calls if c.start_ns <= f["time_ns"] <= (c.end_ns or 2**63)
+                  and not (c.non_block and c.error_type != "KeyboardInterrupt")]
         out += [Violation("interrupt", f"call {c.index} {c.method} was interrupted by SIGINT "
                                        f"but raised {c.error_type}: {c.error[:200]}")
                 for c in during if c.outcome == "error" and c.error_type != "KeyboardInterrupt"]

@@ -32,10 +32,10 @@ from collections import defaultdict
 from typing import Any
 
 COMPLETIONS = ("ok", "fail", "info")
-# Exempt from the order check: a deadline may resolve a later call first, and a call refused
-# before it joined the queue has no place in line.
+# Exempt from the order check: a deadline may resolve a later call first, a Ctrl-C ends the
+# call it lands in, and a call refused before it joined the queue has no place in line.
 NEVER_SENT = frozenset({"QueueFullError", "RequestPicklingError"})
-_UNORDERED_ERRORS = NEVER_SENT | {"TimeoutError"}
+_UNORDERED_ERRORS = NEVER_SENT | {"TimeoutError", "KeyboardInterrupt"}
 
 
 @dataclasses.dataclass(frozen=True)

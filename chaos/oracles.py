@@ -37,8 +37,9 @@ DOCUMENTED_ERRORS = frozenset({
     "QueueFullError", "ReplyUnpicklingError", "RequestPicklingError",
 })
 _RECOVERABLE = ("WorkerError", "CorruptMessageError")
-# Raised by collective_rpc itself before the call joined the queue: it has no place in line.
-_NEVER_QUEUED = ("QueueFullError", "RequestPicklingError")
+# Raised by collective_rpc itself before the call joined the queue: it has no place in line;
+# nor has a call a Ctrl-C ended where it landed (its caller gave it up, as at a deadline).
+_NEVER_QUEUED = ("QueueFullError", "RequestPicklingError", "KeyboardInterrupt")
 
 
 Oracle = Callable[[RunRecord], list[Violation]]

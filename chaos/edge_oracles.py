@@ -149,7 +149,8 @@ def callbacks_on_failure(run: RunRecord) -> list[Violation]:
     return out
 
 
-_DEATHS = frozenset({"kill_worker", "term_worker", "fork_in_worker"})
+# Kinds that end a worker process (it is gone, not just failing a call).
+_DEATHS = frozenset(kinds_where(target="worker", fatal=True, stops_readers=True))
 
 
 def deaths_named(run: RunRecord) -> list[Violation]:

@@ -4,7 +4,7 @@ Data flow (one run, nothing leaves the machine):
 
     EXPORT.json ──► pick the trace (--trace ID, else the earliest trace with an error span)
         │            and the export's facts: each span's process role/rank/pid, the pids a
-        │            chaos fault killed
+        │            chaos fault acted on (killed, stopped, hung)
         ▼
     loopback HTTP server ◄── Jaeger UI build (static files; page routes fall back to
         │                    index.html; /api/* answers empty results: no backend)
@@ -69,7 +69,7 @@ class TraceFacts:
     trace_id: str
     why: str
     spans: dict[str, SpanFact]
-    killed_pids: frozenset[int]
+    hit_pids: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -212,8 +212,9 @@ def _shown(rows: list[dict[str, Any]], word: str) -> list[str]:
     return [r["name"] for r in rows if word in r["name"] or word in r["detail"]]
 
 
-def check_story(facts: TraceFacts, rows: list[dict[str, Any]]) -> list[Check]:
-    checks = [_check_rows(facts, rows)]
+def check_story(facts: TraceFacts, seen: dict[str, Any]) -> list[Check]:
+    rows = seen["rows"]
+    checks = [_check_rows(facts, rows, seen["header"])]
     for word, what in ((FAULT, "the fault"), (DETECTION, "the detection")):
         where = _shown(rows, word)
         checks.append(Check(f"{word} shown", "PASS" if where else "FAIL",
@@ -222,17 +223,23 @@ def check_story(facts: TraceFacts, rows: list[dict[str, Any]]) -> list[Check]:
     checks.append(Check("services distinguishable", "PASS" if len(services) > 1 else "FAIL",
                         f"{len(services)} service name(s): {', '.join(services)}"))
     checks.append(_check_events_in_view(rows))
-    checks.append(_check_killed(facts, rows))
+    checks.append(_check_hit(facts, rows))
     checks.append(_check_survivors(facts, rows))
     return checks
 
 
-def _check_rows(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
-    missing = sorted(facts.spans.keys() - {r["spanID"] for r in rows})
-    ok = not missing and len(rows) == len(facts.spans)
-    return Check("every span drawn", "PASS" if ok else "FAIL",
-                 f"{len(rows)} rows for {len(facts.spans)} spans"
-                 + (f"; not drawn: {', '.join(facts.spans[m].name for m in missing)}" if missing else ""))
+def _check_rows(facts: TraceFacts, rows: list[dict[str, Any]], header: str) -> Check:
+    """The header's span count against the export; the rows read (the first screenful of a
+    long trace: the timeline is a virtual list) each one of the export's spans."""
+    total = int(m.group(1)) if (m := re.search(r"Total Spans\s*(\d+)", header)) else len(rows)
+    strangers = [r["name"] for r in rows if r["spanID"] not in facts.spans]
+    missing = [] if len(rows) < total else sorted(facts.spans.keys() - {r["spanID"] for r in rows})
+    ok = total == len(facts.spans) and not strangers and not missing
+    detail = f"{total} spans drawn for {len(facts.spans)} in the export"
+    detail += f" (rows read: the first {len(rows)})" if len(rows) < total else ""
+    detail += f"; not drawn: {', '.join(facts.spans[m].name for m in missing)}" if missing else ""
+    detail += f"; not in the export: {', '.join(strangers)}" if strangers else ""
+    return Check("every span drawn", "PASS" if ok else "FAIL", detail)
 
 
 def _check_events_in_view(rows: list[dict[str, Any]]) -> Check:
@@ -243,19 +250,19 @@ def _check_events_in_view(rows: list[dict[str, Any]]) -> Check:
                  else "no event outside the trace's range")
 
 
-def _check_killed(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
-    if not facts.killed_pids:
-        return Check("killed process has a row", "SKIP", "no chaos fault in the export names a pid")
-    own = [r["name"] for r in rows if (s := facts.spans.get(r["spanID"])) and s.pid in facts.killed_pids]
-    return Check("killed process has a row", "PASS" if own else "FAIL",
-                 f"pid {sorted(facts.killed_pids)}: "
+def _check_hit(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
+    if not facts.hit_pids:
+        return Check("faulted process has a row", "SKIP", "no chaos fault in the export names a pid")
+    own = [r["name"] for r in rows if (s := facts.spans.get(r["spanID"])) and s.pid in facts.hit_pids]
+    return Check("faulted process has a row", "PASS" if own else "FAIL",
+                 f"pid {sorted(facts.hit_pids)}: "
                  + (", ".join(own) if own else "no span of it in this trace"))
 
 
 def _check_survivors(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
     survivors = [r for r in rows if (s := facts.spans.get(r["spanID"])) and s.role == "worker"
-                 and s.pid not in facts.killed_pids]
-    if not facts.killed_pids or not survivors:
+                 and s.pid not in facts.hit_pids]
+    if not facts.hit_pids or not survivors:
         return Check("survivor not an error", "SKIP", "no surviving worker's span in this trace")
     flagged = [r["name"] for r in survivors if r["ownError"]]
     return Check("survivor not an error", "FAIL" if flagged else "PASS",
@@ -328,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckError as e:
         print(f"jaeger_ui_check: {e}", file=sys.stderr)
         return 2
-    checks = check_story(facts, seen["rows"])
+    checks = check_story(facts, seen)
     _report(facts, seen, checks, pngs)
     return 1 if any(c.status == "FAIL" for c in checks) else 0
 

@@ -237,9 +237,9 @@ class PerfettoWriter:
         return events
 
     def _write(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            self.out.write(self._sep)
-            self.out.write(json.dumps(event, separators=(",", ":")))
+        if events:  # one write per trace
+            self.out.write(self._sep + ",".join(json.dumps(e, separators=(",", ":"))
+                                                for e in events))
             self._sep = ","
 
 

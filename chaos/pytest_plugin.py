@@ -111,6 +111,7 @@ class SuitePlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.suites = load_suites(config.getoption("faultlab_suite"))
         self.options = Options.from_config(config)
+        _check_target(self.options.target)
         if config.args_source is not pytest.Config.ArgsSource.ARGS:
             config.args = []  # no path arguments: the suites only, not testpaths
         _register_markers(config, self.suites)
@@ -123,6 +124,14 @@ class SuitePlugin:
             report.result.extend(SuiteNode.from_parent(collector, suite=s, options=self.options)
                                  for s in self.suites)
         return report
+
+
+def _check_target(name: str) -> None:
+    from chaos.targets.base import TARGET_NAMES
+
+    if name not in TARGET_NAMES:
+        raise pytest.UsageError(f"--faultlab-target {name}: unknown target; known: "
+                                f"{', '.join(TARGET_NAMES)}")
 
 
 def _register_markers(config: pytest.Config, suites: list[Suite]) -> None:
@@ -244,7 +253,9 @@ def failure_report(case: Case, result: AnyResult, seed: int, out: Path, options:
     lines += [f"expected {_value(getattr(result, 'expected', None)) or '-'}, observed "
               f"{_value(result.outcome) or '-'}, detection latency "
               f"{'-' if latency is None else f'{latency * 1e3:.1f} ms'}",
-              f"run directory: {out}",
+              f"run directory: {out}" + ("" if options.out else
+                                          " (in pytest's basetemp, which pytest deletes after "
+                                          "3 newer runs: --faultlab-out DIR keeps it)"),
               f"Reproduce with: {reproduce_command(case, seed, out, options)}"]
     return "\n".join(lines)
 

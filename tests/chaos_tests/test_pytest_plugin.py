@@ -9,7 +9,8 @@ point that loads the plugin; collection alone runs in this process (a subprocess
     ids, and only the suite       --collect-only (a test file beside it)  TINY ids, the file not collected
     path arguments still count    --collect-only test_beside.py           the suite and the file
     -k, -m (fault-kind marker)    --collect-only -k / -m                  the matching ids only
-    malformed suite / same name   --faultlab-suite bad.toml               usage error naming the file
+    malformed suite, same name,   --faultlab-suite bad.toml               usage error naming the file
+    unknown target
     run, junit, a failure         --junitxml                              2 passed, 1 failed with its
                                                                           violation and a replay line
                                                                           that reproduces it
@@ -113,6 +114,10 @@ def test_a_bad_suite_is_a_usage_error(pytester: pytest.Pytester, suite: Path) ->
                                          "--faultlab-suite", str(suite))
     assert twice.ret == pytest.ExitCode.USAGE_ERROR
     twice.stderr.fnmatch_lines(["*a suite named 'tiny' is already collected*"])
+    target = pytester.runpytest_inprocess(*QUICK, "--faultlab-suite", str(suite),
+                                          "--faultlab-target", "nosuch")
+    assert target.ret == pytest.ExitCode.USAGE_ERROR
+    target.stderr.fnmatch_lines(["*--faultlab-target nosuch: unknown target; known: faultlab, *"])
 
 
 def test_runs_record_properties_and_report_a_failure_with_its_replay(

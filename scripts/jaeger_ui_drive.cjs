@@ -97,11 +97,13 @@ async function main() {
     page.setDefaultTimeout(30000);
     const results = await upload(page, url, exportPath, traceId);
     const header = await page.locator('.TracePageHeader').first().innerText().catch(() => '');
+    await page.mouse.move(0, 0); // no hover label left over from the click
     await page.screenshot({ path: timelinePng, fullPage: true });
     const count = Math.min(await page.locator('.span-row').count(), MAX_ROWS);
     const rows = [];
     for (let i = 0; i < count; i++) rows.push(await readRow(page, i));
     await openStoryRow(page, rows);
+    await page.mouse.move(0, 0);
     await page.screenshot({ path: detailPng, fullPage: true });
     process.stdout.write(JSON.stringify({ results, header, rows }) + '\n');
   } finally {

@@ -39,6 +39,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -254,12 +255,27 @@ def tell(spans: list[RecordedSpan]) -> list[RecordedSpan]:
 
 
 def apply_conventions(span: RecordedSpan) -> None:
-    """The span's kind: a ``span.kind`` attribute (which is dropped), else from its name."""
+    """The span's kind: a ``span.kind`` attribute (which is dropped), else from its name.
+    An exception recorded after its span ended (a worker writes it with the reply) is
+    placed at the span's end: it happened inside the span."""
+    end = span.end_ns
+    if end is not None:
+        for event in span.events:
+            if event.name == "exception" and event.time_ns > end:
+                event.time_ns = end
     explicit = span.attributes.pop("span.kind", None)
     if explicit is not None:
         span.kind = str(explicit).lower()
     else:
-        span.kind = next((k for p, k in _KIND_PREFIXES if span.name.startswith(p)), span.kind)
+        kind = _kind_by_name(span.name)
+        if kind is not None:
+            span.kind = kind
+
+
+@functools.lru_cache(maxsize=8192)
+def _kind_by_name(name: str) -> str | None:
+    """The kind a span name implies (None: none), once per name: a long run has millions."""
+    return next((k for p, k in _KIND_PREFIXES if name.startswith(p)), None)
 
 
 def _matches(fault: FaultInfo, sign: Sign) -> bool:

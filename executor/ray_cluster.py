@@ -41,12 +41,13 @@ from collections.abc import Sequence
 import psutil
 
 # Loopback multi-node (the flag name is Ray's: it also unlocks multi-node on Linux with a
-# 127.0.0.1 node address), no usage stats, no token files; and node-death detection in
+# 127.0.0.1 node address), no usage stats, no token files, no implicit ray.init; and node-death detection in
 # about a second: the GCS health-checks each raylet every 300 ms and gives up after 3 misses.
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_AUTH_MODE": "disabled",
+    "RAY_ENABLE_AUTO_CONNECT": "0",  # a ray call after disconnecting must fail, not start a Ray
     "RAY_health_check_initial_delay_ms": "0",
     "RAY_health_check_period_ms": "300",
     "RAY_health_check_timeout_ms": "1000",

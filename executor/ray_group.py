@@ -113,6 +113,8 @@ class RayGroup:
     # ------------------------------------------------------------------ shutdown
 
     def stop(self, grace: float) -> None:
+        if self.stopping:
+            return  # idempotent; and Ray may be disconnected by now: never call it again
         self.stopping = True
         for actor in self.actors:
             try:

@@ -1,7 +1,14 @@
-"""Shared fixtures: the leak check every test gets, and executors for every start method."""
+"""Shared fixtures: the leak check every test gets, and executors for every start method.
+
+A test marked ``ray_contract`` also runs against ``RayExecutor`` (its ``start_method``
+parameter "ray"), on one two-node ``LocalRayCluster`` started for the session on first use
+(~30 s on a loaded machine).  The cluster's processes are not a test's leak; the actors of
+every executor a test made must be gone once it is shut down.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +21,44 @@ import leaks
 from executor import ExecutorConfig, MultiprocExecutor
 
 START_METHODS = ("fork", "forkserver", "spawn")
+RAY = "ray"  # the start_method parameter that means RayExecutor
+_ray_cluster: list[object] = []  # the session's LocalRayCluster, once started
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ray_contract: also run the test against RayExecutor")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "start_method" not in metafunc.fixturenames or any(
+        "start_method" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")
+    ):
+        return  # not an executor test, or one that picks its own start methods
+    methods: list[object] = list(START_METHODS)
+    if metafunc.definition.get_closest_marker("ray_contract") is not None:
+        methods.append(pytest.param(RAY, marks=pytest.mark.skipif(
+            importlib.util.find_spec("ray") is None, reason="ray is not installed")))
+    metafunc.parametrize("start_method", methods, indirect=True)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    ray = sys.modules.get("ray")
+    if _ray_cluster and ray is not None and ray.is_initialized():
+        ray.shutdown()  # a driver left connected would abort once its cluster is gone
+    while _ray_cluster:
+        _ray_cluster.pop().shutdown()  # type: ignore[attr-defined]
+
+
+def ray_cluster() -> object:
+    """The session's two-node Ray cluster (started now if it is not yet)."""
+    if not _ray_cluster:
+        from executor.ray_cluster import LocalRayCluster
+
+        cluster = LocalRayCluster(nodes=2, cpus=2)
+        _ray_cluster.append(cluster)
+        for node in cluster.nodes:
+            leaks.exempt_tree(node.keeper.pid)
+    return _ray_cluster[0]
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +70,7 @@ def no_leaks() -> Iterator[None]:
     assert not problems, "; ".join(problems)
 
 
-@pytest.fixture(params=START_METHODS)
+@pytest.fixture
 def start_method(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -36,14 +81,28 @@ def make_executor(start_method: str) -> Iterator[Callable[..., MultiprocExecutor
     made: list[MultiprocExecutor] = []
 
     def make(**overrides: object) -> MultiprocExecutor:
+        if start_method == RAY:
+            return make_ray(**overrides)
         fields = {"tensor_parallel_size": 2, "start_method": start_method, **overrides}
         ex = MultiprocExecutor(ExecutorConfig(**fields))  # type: ignore[arg-type]
         made.append(ex)
         return ex
 
+    def make_ray(**overrides: object) -> MultiprocExecutor:
+        from executor import RayExecutor
+
+        address = ray_cluster().address  # type: ignore[attr-defined]
+        cfg = ExecutorConfig(**{"tensor_parallel_size": 2, **overrides})  # type: ignore[arg-type]
+        ex = RayExecutor(cfg, address=address)
+        made.append(ex)  # type: ignore[arg-type]
+        return ex  # type: ignore[return-value]  # the same contract
+
     yield make
+    pids = [pid for ex in made for pid in ex.worker_pids]
     for ex in made:
         ex.shutdown()
+    if start_method == RAY:
+        assert leaks.wait_gone(pids, 10.0) == [], "actors outlived their executor's shutdown"
 
 
 @pytest.fixture

@@ -22,10 +22,40 @@ from chaos import resources
 from executor.shm import PREFIX, SHM_DIR
 
 _OWNER_RE = re.compile(rf"^{PREFIX}(\d+)_")
+_EXEMPT_ROOTS: set[int] = set()  # session-long infrastructure (a Ray cluster's node keepers)
+
+
+def exempt_tree(pid: int) -> None:
+    """Process ``pid`` and its descendants are the session's, not a test's leak."""
+    _EXEMPT_ROOTS.add(pid)
+
+
+def _exempt() -> set[int]:
+    pids = set()
+    for root in _EXEMPT_ROOTS:
+        try:
+            pids |= {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+    return pids
 
 
 def children() -> list[psutil.Process]:
-    return resources.child_processes(include_zombies=False)
+    found = resources.child_processes(include_zombies=False)
+    if not _EXEMPT_ROOTS:
+        return found
+    exempt = _exempt()
+    return [p for p in found if p.pid not in exempt]
+
+
+def wait_gone(pids: list[int], wait_s: float) -> list[int]:
+    """Wait up to ``wait_s`` for ``pids`` to end (zombies count as ended); those left."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [p for p in pids if resources.process_state(p) == "alive"]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def shm_names() -> set[str]:

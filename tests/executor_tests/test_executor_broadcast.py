@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from executor import MultiprocExecutor
 
 
+@pytest.mark.ray_contract
 def test_echo_returns_one_result_per_rank(executor: MultiprocExecutor) -> None:
     assert executor.collective_rpc("echo", args=(b"hi",)) == [b"hi", b"hi"]
 
 
+@pytest.mark.ray_contract
 def test_unique_reply_rank_returns_that_ranks_value(executor: MultiprocExecutor) -> None:
     assert executor.collective_rpc("get_rank", unique_reply_rank=1) == 1
     assert executor.collective_rpc("echo", args=(1,), unique_reply_rank=0) == 1
 
 
+@pytest.mark.ray_contract
 def test_callable_travels_by_cloudpickle(executor: MultiprocExecutor) -> None:
     offset = 10
     assert executor.collective_rpc(lambda w, k: w.rank + k + offset, args=(5,)) == [15, 16]
@@ -37,6 +41,7 @@ def test_payload_larger_than_a_chunk_and_the_ring(make_executor) -> None:  # typ
     assert ex.collective_rpc("echo", args=(b"small",)) == [b"small", b"small"]
 
 
+@pytest.mark.ray_contract
 def test_tensors_and_arrays_round_trip(executor: MultiprocExecutor) -> None:
     tensor = torch.arange(300_000, dtype=torch.float32).reshape(300, 1000)
     array = np.arange(200_000, dtype=np.int64)

@@ -18,6 +18,7 @@ def test_non_block_returns_a_future_at_once(executor: MultiprocExecutor) -> None
     assert future.result() == [0.3, 0.3]
 
 
+@pytest.mark.ray_contract
 def test_later_future_first_drains_the_earlier_ones(executor: MultiprocExecutor) -> None:
     futures = [executor.collective_rpc("echo", args=(i,), non_block=True) for i in range(10)]
     assert futures[-1].result() == [9, 9]
@@ -25,6 +26,7 @@ def test_later_future_first_drains_the_earlier_ones(executor: MultiprocExecutor)
     assert [f.result() for f in futures] == [[i, i] for i in range(10)]
 
 
+@pytest.mark.ray_contract
 def test_each_future_gets_its_own_outcome(executor: MultiprocExecutor) -> None:
     ok = executor.collective_rpc("echo", args=("a",), non_block=True)
     bad = executor.collective_rpc("fail", args=("b",), non_block=True)

@@ -21,6 +21,7 @@ def _gone(pids: list[int]) -> bool:
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.ray_contract
 def test_shutdown_is_idempotent_and_complete(executor: MultiprocExecutor) -> None:
     pids = executor.worker_pids
     executor.shutdown()
@@ -32,6 +33,7 @@ def test_shutdown_is_idempotent_and_complete(executor: MultiprocExecutor) -> Non
         executor.collective_rpc("echo", args=(1,))
 
 
+@pytest.mark.ray_contract
 def test_pending_futures_fail_at_shutdown(executor: MultiprocExecutor) -> None:
     futures = [executor.collective_rpc("sleep", args=(5,), non_block=True) for _ in range(3)]
     executor.shutdown()

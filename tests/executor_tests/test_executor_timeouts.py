@@ -11,6 +11,7 @@ from executor import MultiprocExecutor
 SLACK = 0.5  # scheduling slack on a loaded 2-core machine; the point is "not at 5 s"
 
 
+@pytest.mark.ray_contract
 def test_timeout_raises_at_the_deadline(executor: MultiprocExecutor) -> None:
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"timed out after 0\.2 s"):
@@ -18,6 +19,7 @@ def test_timeout_raises_at_the_deadline(executor: MultiprocExecutor) -> None:
     assert time.monotonic() - start < 0.2 + SLACK
 
 
+@pytest.mark.ray_contract
 def test_late_reply_is_never_returned_to_a_later_call(executor: MultiprocExecutor) -> None:
     with pytest.raises(TimeoutError):
         executor.collective_rpc("sleep", args=(0.5,), timeout=0.1)

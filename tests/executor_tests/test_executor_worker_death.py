@@ -34,6 +34,7 @@ def test_in_flight_call_fails_at_once_naming_rank_pid_and_signal(executor, sig, 
     assert called == [1]
 
 
+@pytest.mark.ray_contract
 def test_calls_after_death_fail_and_callbacks_run_once(executor: MultiprocExecutor) -> None:
     called: list[int] = []
     executor.register_failure_callback(lambda: called.append(1))

@@ -8,12 +8,18 @@ Data flow::
               faults (``chaos.fault`` point spans) paired with their detection
               (``executor.worker_death`` / ``executor.node_lost`` point spans, else the
               first error an RPC raised after the fault)
-              every RPC span open at a fault: span events ``chaos.fault`` and
-              ``faultlab.detection`` (with ``faultlab.detection.latency_ms``) and links to
-              the fault and detection spans; the victim's spans in that RPC's trace get the
-              fault event and link too; each fault span gets its detection event and link
-              truncated spans: ``death_ns`` = the fault that killed the process, else its
-              detected death, else (``stopped``: not an error in any export) the moment
+              every RPC a fault failed (``_affected``: a failed RPC that ended after the
+              fault and after no later one, begun before its recovery was over; the RPCs
+              open at a fault only for a fault nobody noticed): ``failure_marks.mark_rpc``
+              puts the fault, detection and restart inside it, a ``faultlab.failure``
+              sentence and the victim's own row (``story_spans``); the victim's spans the
+              fault cut get the fault event; another worker's span that raised after the
+              victim was hit is a ``consequence``; a failed RPC's ``engine.step`` parent
+              is marked ``faultlab.step.failed`` (shown ``engine.step (failed)``); each
+              fault span gets its detection event and link
+              truncated spans (placed first: a cut span's end decides what a fault hit):
+              ``death_ns`` = the fault that killed the process, else its detected death,
+              else (``stopped``: not an error in any export) the moment
               the executor's own shutdown reached it, with ``truncated_reason``
               links recorded in the journal (``faultlab.links.*``, telemetry/links.py)
               become links; an RPC or restart whose parent is an ``engine.step`` /
@@ -31,10 +37,11 @@ Invariants:
   time: a fault is recorded before it acts and its detection before the failed RPC ends, so
   by the time an affected RPC span is exported both are known.
 - Live export tells one pass at a time, so a restart reaches the failed RPC's story only
-  when both are in one pass (the RPC usually ends first); offline loading sees them all.
+  when both are in one pass (the RPC usually ends first), and a step exported before its
+  RPC failed is not renamed; offline loading sees them all.
   The step span ends before its RPC starts, so an RPC's request links always arrive.
-- Names are never changed here (chaos oracles and notebooks match them); exporters add the
-  rank to the name they show (``display_name``).
+- Names are never changed here (chaos oracles and notebooks match them); exporters show
+  the rank and a failed step in the name (``naming.display_name``).
 """
 
 from __future__ import annotations

@@ -156,3 +156,18 @@ def test_explore_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
         code = exc.code  # type: ignore[assignment]
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_chaos_run_replays_the_regressions_first(tmp_path: Path) -> None:
+    from chaos.regressions import append_scenario, with_regressions
+
+    regressions = tmp_path / "regressions.toml"
+    found = swarm.draw(3).scenario()
+    assert append_scenario(regressions, found, "a note\nof two lines")
+    assert not append_scenario(regressions, found, "again")  # filed once
+    suite = load_suite("smoke")
+    combined = with_regressions(suite, regressions)
+    assert [s.name for s in combined.scenarios] == [found.name, *(s.name for s in suite.scenarios)]
+    assert with_regressions(suite, tmp_path / "none.toml") is suite
+    assert with_regressions(load_suite(str(regressions)), regressions).scenarios == (
+        load_suite(str(regressions)).scenarios)

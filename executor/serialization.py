@@ -26,6 +26,17 @@ costs one page fault per page written, never a second pass.  Frames from elsewhe
 tests) are plain bytes and decode as before (a ``bytes`` value is then copied out of the
 frame).
 
+Warm heap: a fresh ``bytes``/``bytearray`` that glibc serves by mmap (above its mmap
+threshold, 128 KiB at start) or from heap top it just trimmed costs a page fault per page,
+~3 µs each on a VM: two 1 MiB replies took 0.7 ms to fill cold and 45 µs warm (bench:
+bench_vs_reference.py).  glibc raises its mmap threshold to the size of a freed mmapped
+chunk and its trim threshold to twice that (its own dynamic rule; an explicit ``mallopt``
+of the user turns the rule off, and then nothing here changes it).  So before the first
+receive buffer of a size class, ``_warm_heap`` creates and frees one untouched buffer
+``_WARM_FACTOR`` times larger (at most ``_WARM_MAX``): later buffers of that size come
+from the heap and are reused, with no ``mallopt`` call and no page written.  The cost: the
+heap may keep up to twice that much freed memory instead of trimming it.
+
 Invariant: a ``bytes`` object is written only between its creation in ``frame_layout`` and
 the ``decode`` that publishes it; nobody else holds it (or its hash) before then.
 
@@ -63,6 +74,9 @@ _SMALL = 256 << 10  # smaller buffers stay in-band: measured cheaper (64 KiB ech
 _WHOLE_BYTES = 1 << 63  # set in a buffer's length: the buffer is a whole ``bytes`` value
 _POOLED = 1 << 62  # set in a buffer's length: numpy array data, may live in the receive pool
 _FLAGS = _WHOLE_BYTES | _POOLED
+_WARM_FACTOR = 8  # a receive buffer of n bytes warms the heap for one of 8n (see above)
+_WARM_MAX = (32 << 20) - (64 << 10)  # under glibc's largest dynamic mmap threshold (64-bit)
+_warmed = [0]  # [0]: the largest buffer this process's heap was warmed with
 
 
 def _uninitialised(kind: str) -> Callable[[int], Any]:
@@ -264,11 +278,20 @@ def frame_layout(head: memoryview, total: int) -> tuple[Frame, list[memoryview]]
 
 def _receive_buffer(flag: int, size: int) -> bytes | bytearray | memoryview:
     """The object an out-of-band buffer is copied into (and the caller's value is built on)."""
-    if flag == _WHOLE_BYTES and size > 1:
-        return _new_bytes(size)
     if flag == _POOLED and size >= POOLED_MIN:
         return pool.take(size)
+    if size * _WARM_FACTOR > _warmed[0] and _warmed[0] < _WARM_MAX:
+        _warm_heap(size)
+    if flag == _WHOLE_BYTES and size > 1:
+        return _new_bytes(size)
     return _new_bytearray(size)
+
+
+def _warm_heap(size: int) -> None:
+    """Free one untouched buffer of ``_WARM_FACTOR * size`` bytes: see "Warm heap" above."""
+    warm = min(size * _WARM_FACTOR, _WARM_MAX)
+    _warmed[0] = warm  # first: an interrupt below only skips one warm-up
+    _new_bytes(warm)  # created and dropped at once; none of its pages is written
 
 
 def _writable(obj: bytes | bytearray | memoryview) -> memoryview:

@@ -229,7 +229,11 @@ def victim_fate(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]
     """What happened to the process the fault hit, as it bears on this RPC."""
     target = f"worker rank {fault.rank} (pid {fault.pid})" if fault.rank is not None \
         else f"pid {fault.pid}" if fault.pid is not None else "the executor"
-    verb = _FATES.get(fault.signal or "", ("", f"hit by {fault.kind}"))[1]
+    mode = fault.span.attributes.get("chaos.mode")
+    if fault.kind == "corrupt_queue":  # the queue is hit, not a process
+        target = f"the queue read by {target}"
+    verb = _FATES.get(fault.signal or "", ("", f"hit by {fault.kind}"
+                                           + (f" ({mode})" if mode else "")))[1]
     own = [m for m in members if fault.pid is not None and m.process.pid == fault.pid]
     cut = next((m for m in own if m.truncated), None)
     if cut is not None:

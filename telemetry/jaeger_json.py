@@ -29,6 +29,7 @@ A failed RPC's ``story_spans`` (the victim's row, ``telemetry.failure_marks``) j
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -42,6 +43,11 @@ _MAX_SAFE_INT = (1 << 53) - 1
 
 
 def tag(key: str, value: Any) -> dict[str, Any]:
+    kind = type(value)  # the common exact types first: a long run has millions of tags
+    if kind is str:
+        return {"key": key, "type": "string", "value": value}
+    if kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        return {"key": key, "type": "int64", "value": value}
     if isinstance(value, bool):
         return {"key": key, "type": "bool", "value": value}
     if isinstance(value, int):
@@ -55,7 +61,9 @@ def tag(key: str, value: Any) -> dict[str, Any]:
     return {"key": key, "type": "string", "value": value}
 
 
+@functools.lru_cache(maxsize=4096)
 def _process_tags(proc: ProcessInfo) -> list[dict[str, Any]]:
+    """A process's tags (the same in every trace: computed once per process)."""
     tags = [tag("process.pid", proc.pid), tag("faultlab.role", proc.role),
             tag("faultlab.incarnation", f"{proc.incarnation:016x}"),
             tag("service.instance.id", instance_id(proc)),

@@ -195,8 +195,10 @@ class RunStream:
 
     # ------------------------------------------------------------ pass 2
 
-    def traces(self) -> Iterator[list[RecordedSpan]]:
-        """Each trace's spans, told, in order of (first start µs, trace id)."""
+    def traces(self, start: int = 0, stop: int | None = None) -> Iterator[list[RecordedSpan]]:
+        """Each trace's spans, told, in order of (first start µs, trace id); only the
+        ``start``-th to the one before ``stop`` when given (the story is the whole run's)."""
+        stop = self.n_traces if stop is None else min(stop, self.n_traces)
         story = Story()
         known = getattr(story, "processes", None)  # the victims' rows: every process
         if isinstance(known, dict):
@@ -204,8 +206,9 @@ class RunStream:
                 known.setdefault(jx.process.pid, jx.process)
         held = {k: self._decode(k) for k in self.story_traces}
         story.tell([span for spans in held.values() for span in spans])
+        held = {k: spans for k, spans in held.items() if start <= k < stop}
         waiting = sum(len(spans) for spans in held.values())
-        for k in range(self.n_traces):
+        for k in range(start, stop):
             spans = held.pop(k, None)
             if spans is None:
                 spans = story.tell(self._decode(k))

@@ -58,11 +58,22 @@ def test_streamed_jaeger_is_the_whole_run_document(killed_run: Path) -> None:
                for t in doc["data"] for s in t["spans"] for log in s["logs"])
 
 
-def test_streamed_otlp_json_and_perfetto_hold_the_same_spans(killed_run: Path) -> None:
-    def otlp_spans(doc: dict[str, Any]) -> list[str]:
-        return sorted(json.dumps(s, sort_keys=True) for rs in doc["resourceSpans"]
-                      for ss in rs["scopeSpans"] for s in ss["spans"])
+def test_an_export_in_parts_is_the_same_text(killed_run: Path) -> None:
+    parts = io.StringIO()
+    write_export(killed_run, "jaeger", parts, workers=3)  # forked part processes, joined
+    assert parts.getvalue() == _streamed(killed_run, "jaeger")
+    parts = io.StringIO()
+    write_export(killed_run, "otlp-json", parts, workers=2)  # batches differ: compare spans
+    assert _otlp_spans(json.loads(parts.getvalue())) == _otlp_spans(
+        json.loads(_streamed(killed_run, "otlp-json")))
 
+
+def _otlp_spans(doc: dict[str, Any]) -> list[str]:
+    return sorted(json.dumps(s, sort_keys=True) for rs in doc["resourceSpans"]
+                  for ss in rs["scopeSpans"] for s in ss["spans"])
+
+
+def test_streamed_otlp_json_and_perfetto_hold_the_same_spans(killed_run: Path) -> None:
     def perfetto_events(doc: dict[str, Any]) -> list[str]:
         for event in doc["traceEvents"]:
             if event.get("cat") == "flow":
@@ -70,7 +81,7 @@ def test_streamed_otlp_json_and_perfetto_hold_the_same_spans(killed_run: Path) -
         return sorted(json.dumps(e, sort_keys=True) for e in doc["traceEvents"])
 
     streamed = json.loads(_streamed(killed_run, "otlp-json"))
-    assert otlp_spans(streamed) == otlp_spans(render(killed_run, "otlp-json"))
+    assert _otlp_spans(streamed) == _otlp_spans(render(killed_run, "otlp-json"))
     streamed = json.loads(_streamed(killed_run, "perfetto"))
     whole = render(killed_run, "perfetto")
     flows = [e["id"] for e in streamed["traceEvents"] if e.get("cat") == "flow"]

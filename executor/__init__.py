@@ -5,6 +5,8 @@ Public names (docs/design.md, section 1.1); everything else in the package is in
 executor`` never imports ray.
 """
 
+from typing import TYPE_CHECKING
+
 from executor.config import ExecutorConfig
 from executor.errors import (
     CorruptMessageError,
@@ -22,6 +24,9 @@ from executor.errors import (
 )
 from executor.multiproc import MultiprocExecutor
 from executor.worker_base import WorkerBase, WorkerContext
+
+if TYPE_CHECKING:
+    from executor.ray_executor import RayExecutor
 
 __all__ = [
     "CorruptMessageError",

@@ -1,6 +1,6 @@
 """One incarnation of ``RayExecutor``'s workers: a placement group and one actor per rank.
 
-    start(): placement group (world_size bundles of 1 CPU, SPREAD over the nodes)
+    start(): placement group (world_size bundles of 1 CPU, one per node if it can)
         ─► RayWorkerActor per rank, in its bundle ─► info(): pid and node of each
         ─► free_port() on rank 0 (torch.distributed's rendezvous) ─► start(ctx) on every rank
         ─► watch() on every rank: a ref that only ever fails, when its actor dies
@@ -68,7 +68,11 @@ class RayGroup:
     def start(self, deadline: float) -> None:
         cfg = self.cfg
         n = cfg.world_size
-        self.pg = placement_group([{"CPU": 1}] * n, strategy="SPREAD")
+        # One rank per node while there are enough nodes (STRICT_SPREAD), else as spread as
+        # Ray can (SPREAD): a TP group then spans nodes, as it would on a real cluster.
+        alive = len([node for node in ray.nodes() if node["Alive"]])  # type: ignore[no-untyped-call]
+        self.pg = placement_group([{"CPU": 1}] * n,
+                                  strategy="STRICT_SPREAD" if n <= alive else "SPREAD")
         ready, _ = ray.wait([self.pg.ready()], timeout=_left(deadline))
         if not ready:
             cpus = ray.cluster_resources().get("CPU", 0)  # type: ignore[no-untyped-call]

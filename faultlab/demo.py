@@ -31,6 +31,7 @@ from typing import Any
 
 from executor.model.prompts import make_prompts
 from executor.model.recovery import POLICIES
+from faultlab.demo_backend import BACKENDS, RAY_FAULTS, open_executor
 from faultlab.demo_fault import FAULTS, DemoFault, failed_trace_report, timeline, trace_location
 from faultlab.usage import UsageError, int_in, positive_seconds
 
@@ -62,6 +63,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the worker rank hit (default: the last)")
     parser.add_argument("--policy", choices=POLICY_NAMES, default="restart",
                         help="recovery policy (restart)")
+    parser.add_argument("--backend", choices=BACKENDS, default="shm",
+                        help="executor: shm (shared memory, default) or ray (Ray actors on a "
+                             "local two-node Ray cluster, or --ray-address)")
+    parser.add_argument("--ray-address", default=None,
+                        help="with --backend ray: an existing Ray cluster's HOST:PORT")
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object on stdout (none on a usage error)")
 
@@ -103,6 +109,9 @@ def make_fault(args: argparse.Namespace) -> DemoFault | None:
     """The fault the flags ask for (None with --no-fault); ranks and steps checked here."""
     if args.no_fault:
         return None
+    if args.backend == "ray" and args.fault not in RAY_FAULTS:
+        raise UsageError(f"--fault {args.fault} is not for --backend ray (Ray has no shm ring); "
+                         f"pick one of {', '.join(RAY_FAULTS)}")
     world = args.tp * args.pp
     rank = world - 1 if args.fault_rank is None else args.fault_rank
     if rank >= world:
@@ -120,7 +129,7 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
     # importing it again (start-up 0.1 s instead of 2 s on two cores).
     import torch  # noqa: F401
 
-    from executor import ExecutorConfig, MultiprocExecutor
+    from executor import ExecutorConfig
     from executor.model.engine import LLMEngine
     from executor.model.recovery import policy_named
 
@@ -128,7 +137,7 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
                          pipeline_parallel_size=args.pp, worker_kwargs=worker_kwargs(args),
                          async_scheduling=args.async_scheduling)
     started = time.perf_counter()
-    with MultiprocExecutor(cfg) as executor:
+    with open_executor(args.backend, cfg, args.ray_address) as executor:
         startup_s = time.perf_counter() - started
         _progress_line(f"{cfg.tensor_parallel_size * cfg.pipeline_parallel_size} workers "
                        f"ready in {startup_s:.2f}s")
@@ -153,7 +162,7 @@ def _generate(args: argparse.Namespace, prompts: dict[str, list[int]],
             "generated_tokens": stats.generated_tokens, "steps": stats.steps,
             "elapsed_s": stats.elapsed_s, "startup_s": startup_s, "prompts": prompts,
             "tp": args.tp, "pp": args.pp, "seed": args.seed,
-            "async_scheduling": args.async_scheduling,
+            "async_scheduling": args.async_scheduling, "backend": args.backend,
             "max_concurrent_batches": executor.max_concurrent_batches}
 
 

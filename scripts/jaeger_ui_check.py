@@ -45,7 +45,8 @@ CACHE = Path(os.environ.get("FAULTLAB_JAEGER_UI_CACHE", Path.home() / ".cache" /
 DEFAULT_BUILD = CACHE / "jaeger-ui" / "packages" / "jaeger-ui" / "build"
 DEFAULT_PLAYWRIGHT = CACHE / "jaeger-ui-driver" / "node_modules" / "playwright-core"
 DRIVER = Path(__file__).with_name("jaeger_ui_drive.cjs")
-BROWSER_TIMEOUT_S = 240
+BROWSER_TIMEOUT_S = 240  # for one trace
+MAX_TRACES = 12
 EMPTY_API = json.dumps({"data": [], "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
 FAULT = "chaos.fault"
 DETECTION = "faultlab.detection"
@@ -105,16 +106,22 @@ def _start(trace: dict[str, Any]) -> int:
     return min((int(s.get("startTime", 0)) for s in trace["spans"]), default=0)
 
 
-def choose_trace(traces: list[dict[str, Any]], trace_id: str | None) -> tuple[dict[str, Any], str]:
+def choose_traces(traces: list[dict[str, Any]], trace_id: str | None,
+                  every_failed: bool) -> list[tuple[dict[str, Any], str]]:
     if trace_id is not None:
         for t in traces:
             if t.get("traceID") == trace_id:
-                return t, "given by --trace"
+                return [(t, "given by --trace")]
         raise CheckError(f"trace {trace_id} is not in the export ({len(traces)} traces)")
     failed = sorted((t for t in traces if _has_error(t)), key=_start)
     if not failed:
         raise CheckError("no trace in the export has an error span; name one with --trace ID")
-    return failed[0], f"the earliest of {len(failed)} traces with an error span"
+    if not every_failed:
+        return [(failed[0], f"the earliest of {len(failed)} traces with an error span")]
+    shown = failed[:MAX_TRACES]
+    return [(t, f"failed trace {i} of {len(failed)}" + (f" (the first {MAX_TRACES} are checked)"
+                                                       if len(failed) > MAX_TRACES else ""))
+            for i, t in enumerate(shown, 1)]
 
 
 def _fault_pids(traces: list[dict[str, Any]]) -> frozenset[int]:
@@ -133,8 +140,7 @@ def _fault_pids(traces: list[dict[str, Any]]) -> frozenset[int]:
     return frozenset(pids)
 
 
-def trace_facts(traces: list[dict[str, Any]], trace_id: str | None) -> TraceFacts:
-    trace, why = choose_trace(traces, trace_id)
+def trace_facts(trace: dict[str, Any], why: str, hit_pids: frozenset[int]) -> TraceFacts:
     procs = {k: _tags(p.get("tags", [])) for k, p in trace.get("processes", {}).items()}
     spans = {}
     for s in trace["spans"]:
@@ -144,7 +150,13 @@ def trace_facts(traces: list[dict[str, Any]], trace_id: str | None) -> TraceFact
             s["spanID"], s.get("operationName", ""), str(proc.get("faultlab.role", "?")),
             rank if isinstance(rank, int) else None, proc.get("process.pid"),
         )
-    return TraceFacts(trace["traceID"], why, spans, _fault_pids(traces))
+    return TraceFacts(trace["traceID"], why, spans, hit_pids)
+
+
+def facts_of(export: Path, trace_id: str | None, every_failed: bool) -> list[TraceFacts]:
+    traces = load_traces(export)
+    hit = _fault_pids(traces)
+    return [trace_facts(t, why, hit) for t, why in choose_traces(traces, trace_id, every_failed)]
 
 
 # ---- the UI: server and browser -------------------------------------------------------------
@@ -192,14 +204,15 @@ def serve(build: Path) -> Iterator[str]:
         thread.join()
 
 
-def drive(url: str, export: Path, trace_id: str, pngs: tuple[Path, Path], tools: argparse.Namespace) -> Any:
+def drive(url: str, export: Path, jobs: list[dict[str, str]], tools: argparse.Namespace) -> Any:
     env = {**os.environ, "FAULTLAB_PLAYWRIGHT_CORE": str(tools.playwright),
            "FAULTLAB_CHROMIUM": tools.chromium}
-    cmd = [tools.node, str(DRIVER), url, str(export.resolve()), trace_id, *map(str, pngs)]
+    cmd = [tools.node, str(DRIVER), url, str(export.resolve()), json.dumps(jobs)]
+    timeout = BROWSER_TIMEOUT_S * len(jobs)
     try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        raise CheckError(f"the browser did not finish within {BROWSER_TIMEOUT_S} s") from e
+        raise CheckError(f"the browser did not finish within {timeout} s") from e
     if done.returncode != 0:
         raise CheckError(f"the browser run failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)
@@ -312,6 +325,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("export", type=Path, help="a faultlab trace export (--format jaeger)")
     p.add_argument("--trace", help="trace id to open (default: the earliest trace with an error span)")
+    p.add_argument("--failed", action="store_true",
+                   help=f"check every trace with an error span (the first {MAX_TRACES}), each with "
+                   "its own screenshots EXPORT.<id>.png")
     p.add_argument("--out", type=Path, help="timeline screenshot (default: EXPORT with .png)")
     p.add_argument("--detail-out", type=Path, help="screenshot with the fault's row (else the first "
                    "error row) opened (default: EXPORT with .detail.png)")
@@ -323,21 +339,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _screenshots(args: argparse.Namespace, facts: list[TraceFacts]) -> list[tuple[Path, Path]]:
+    if len(facts) == 1:
+        return [(args.out or args.export.with_suffix(".png"),
+                 args.detail_out or args.export.with_suffix(".detail.png"))]
+    stem = args.export.with_suffix("")
+    return [(Path(f"{stem}.{f.trace_id[:7]}.png"), Path(f"{stem}.{f.trace_id[:7]}.detail.png"))
+            for f in facts]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    pngs = (args.out or args.export.with_suffix(".png"),
-            args.detail_out or args.export.with_suffix(".detail.png"))
     try:
-        facts = trace_facts(load_traces(args.export), args.trace)
+        facts = facts_of(args.export, args.trace, args.failed)
+        pngs = _screenshots(args, facts)
+        jobs = [{"traceId": f.trace_id, "timeline": str(a), "detail": str(b)}
+                for f, (a, b) in zip(facts, pngs, strict=True)]
         tools = _tools(args)
         with serve(args.build) as url:
-            seen = drive(url, args.export, facts.trace_id, pngs, tools)
+            seen = drive(url, args.export, jobs, tools)
     except CheckError as e:
         print(f"jaeger_ui_check: {e}", file=sys.stderr)
         return 2
-    checks = check_story(facts, seen)
-    _report(facts, seen, checks, pngs)
-    return 1 if any(c.status == "FAIL" for c in checks) else 0
+    failed = False
+    for i, (f, page, shots) in enumerate(zip(facts, seen, pngs, strict=True)):
+        if i:
+            print()
+        checks = check_story(f, page)
+        _report(f, page, checks, shots)
+        failed = failed or any(c.status == "FAIL" for c in checks)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

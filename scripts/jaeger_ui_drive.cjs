@@ -1,6 +1,7 @@
 // Drives a served Jaeger UI build in headless Chromium the way a person would, and prints
 // what the page shows as one JSON object on stdout (jaeger_ui_check.py judges it).
 //
+// For each job (a trace id and two PNG paths), in a fresh page of one browser:
 //   /search -> "Upload" tab -> file input <- EXPORT
 //   -> the result item linking to /trace/TRACE_ID -> click -> trace page
 //   -> screenshot (timeline as first drawn) -> for each span row: open its detail,
@@ -10,7 +11,8 @@
 // Rows are read one at a time with every other detail closed: the timeline is a virtual
 // list, so rows far below the fold are not in the DOM while many details are open.
 //
-// usage: node jaeger_ui_drive.cjs URL EXPORT TRACE_ID TIMELINE_PNG DETAIL_PNG
+// usage: node jaeger_ui_drive.cjs URL EXPORT '[{"traceId": ID, "timeline": PNG, "detail": PNG}, ...]'
+// prints a JSON list: per job {traceId, results (traces listed), header, rows}
 // env:   FAULTLAB_PLAYWRIGHT_CORE (the playwright-core package dir), FAULTLAB_CHROMIUM (binary)
 'use strict';
 
@@ -86,26 +88,36 @@ async function openStoryRow(page, rows) {
   await openEvents(page.locator('.detail-row').first());
 }
 
-async function main() {
-  const [url, exportPath, traceId, timelinePng, detailPng] = process.argv.slice(2);
-  const browser = await chromium.launch({
-    executablePath: process.env.FAULTLAB_CHROMIUM,
-    args: ['--no-sandbox', '--disable-dev-shm-usage'],
-  });
+async function checkTrace(browser, url, exportPath, job) {
+  const page = await browser.newPage({ viewport: { width: 1440, height: 720 } });
   try {
-    const page = await browser.newPage({ viewport: { width: 1440, height: 720 } });
     page.setDefaultTimeout(30000);
-    const results = await upload(page, url, exportPath, traceId);
+    const results = await upload(page, url, exportPath, job.traceId);
     const header = await page.locator('.TracePageHeader').first().innerText().catch(() => '');
     await page.mouse.move(0, 0); // no hover label left over from the click
-    await page.screenshot({ path: timelinePng, fullPage: true });
+    await page.screenshot({ path: job.timeline, fullPage: true });
     const count = Math.min(await page.locator('.span-row').count(), MAX_ROWS);
     const rows = [];
     for (let i = 0; i < count; i++) rows.push(await readRow(page, i));
     await openStoryRow(page, rows);
     await page.mouse.move(0, 0);
-    await page.screenshot({ path: detailPng, fullPage: true });
-    process.stdout.write(JSON.stringify({ results, header, rows }) + '\n');
+    await page.screenshot({ path: job.detail, fullPage: true });
+    return { traceId: job.traceId, results, header, rows };
+  } finally {
+    await page.close();
+  }
+}
+
+async function main() {
+  const [url, exportPath, jobsJson] = process.argv.slice(2);
+  const browser = await chromium.launch({
+    executablePath: process.env.FAULTLAB_CHROMIUM,
+    args: ['--no-sandbox', '--disable-dev-shm-usage'],
+  });
+  try {
+    const seen = [];
+    for (const job of JSON.parse(jobsJson)) seen.push(await checkTrace(browser, url, exportPath, job));
+    process.stdout.write(JSON.stringify(seen) + '\n');
   } finally {
     await browser.close();
   }

@@ -33,9 +33,13 @@ pytestmark = [
 ]
 
 
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"{' '.join(cmd)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
 def _export(run_dir: Path, out: Path) -> Path:
-    cmd = [FAULTLAB, "trace", "export", str(run_dir), "--format", "jaeger", "--out", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    _run([FAULTLAB, "trace", "export", str(run_dir), "--format", "jaeger", "--out", str(out)])
     return out
 
 
@@ -58,7 +62,7 @@ def _statuses(report: str) -> dict[str, str]:
 def smoke_kill(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smoke")
     cmd = [FAULTLAB, "chaos", "run", "smoke", "-k", "^kill-mid-call$", "--out", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    _run(cmd)
     return _export(out / "kill-mid-call" / "trace", out / "kill-mid-call.json")
 
 
@@ -109,8 +113,7 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
 def demo_kill(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "FAULTLAB_TRACE_DIR": str(out / "trace")}
-    subprocess.run([FAULTLAB, "demo", "--fault", "kill"], check=True, capture_output=True, env=env,
-                   timeout=300)
+    _run([FAULTLAB, "demo", "--fault", "kill"], env=env)
     return _export(out / "trace", out / "demo.json")
 
 

@@ -12,6 +12,9 @@
                    (orphans, by role); new /dev/shm names the tree held and new temp files
                    (leftovers); then every remaining process is SIGKILLed and the
                    leftover segments unlinked, so a run leaves nothing behind
+    A target that exports OpenTelemetry itself (``Target.otlp_traces``) is pointed at a
+    loopback OTLP receiver for the run (telemetry.otlp_receiver); its spans are kept in
+    ``target_spans`` for the run's trace (chaos.targets.run_trace, written by compare).
 
 Times are ``time.time_ns()`` (the driver's events use the same clock).  The observer never
 imports the target: it sees only the protocol, /proc and psutil.
@@ -32,12 +35,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.targets import procs
-from chaos.targets.base import Target
+from chaos.targets.base import Launch, Target
 from chaos.targets.protocol import parse
 from chaos.targets.scenario import TargetScenario
+
+if TYPE_CHECKING:
+    from telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 _TICK_S = 0.02
 _SCAN_EVERY_S = 0.2
@@ -56,6 +62,7 @@ class TargetRecord:
     applicable: bool = True
     note: str = ""
     started: bool = False
+    started_ns: int | None = None  # when the observer began the run (the trace's root)
     ready_ns: int | None = None
     done_ns: int | None = None
     procs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -144,11 +151,12 @@ class TargetRun:
         self._done_mono: float | None = None
         self._held: set[str] = set()
         self._scanner: procs.Scanner | None = None
+        self.target_spans: list[ReceivedSpan] = []  # what the target exported of itself
 
     # ------------------------------------------------------------ the run
 
     def run(self) -> TargetRecord:
-        t0 = time.monotonic()
+        t0, self.record.started_ns = time.monotonic(), time.time_ns()
         self.out.mkdir(parents=True, exist_ok=True)
         if self.scenario.fault not in self.target.applies:
             self._not_applicable(f"{self.scenario.fault} does not apply to {self.target.name}")
@@ -166,9 +174,20 @@ class TargetRun:
     def _launch_and_observe(self) -> None:
         shm_before, tmp_before = procs.shm_names(), self._temp_files()
         launch = self.target.launch(self.spec, str(self.out))
+        receiver = _receiver() if self.target.otlp_traces else None
+        env = launch.env if receiver is None else {**launch.env, **otlp_env(receiver.endpoint)}
+        try:
+            self._launch(launch, env, shm_before, tmp_before)
+        finally:
+            if receiver is not None:
+                receiver.stop()
+                self.target_spans = receiver.spans()
+
+    def _launch(self, launch: Launch, env: dict[str, str], shm_before: set[str],
+                tmp_before: set[str]) -> None:
         with open(self.out / "driver.log", "wb") as log:
             try:
-                self._child = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
+                self._child = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd,
                                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                stderr=log, start_new_session=True)
             except OSError as exc:  # a target's interpreter or venv that is not there
@@ -304,7 +323,8 @@ class TargetRun:
         s = self.scenario
         proc = self._tree.find(s.role, s.rank)
         if proc is None or proc.handle is None:
-            self._not_applicable(f"the target named no {s.role} rank {s.rank} in ready")
+            whom = s.role if s.rank is None else f"{s.role} rank {s.rank}"
+            self._not_applicable(f"the target has no {whom} (none named in its ready event)")
             return
         self.record.fault = {"kind": kind, "role": proc.role, "rank": proc.rank, "pid": proc.pid,
                              "signal": _SIGNALS[kind].name, "time_ns": time.time_ns()}
@@ -444,6 +464,19 @@ class TargetRun:
 
     def _temp_files(self) -> set[str]:
         return {path for pattern in self.target.temp_globs for path in glob.glob(pattern)}
+
+
+def _receiver() -> OtlpReceiver:
+    from telemetry.otlp_receiver import OtlpReceiver  # protobuf: only for targets that send
+
+    return OtlpReceiver().start()
+
+
+def otlp_env(endpoint: str) -> dict[str, str]:
+    """The standard variables that point an OpenTelemetry SDK's trace export at ``endpoint``
+    (the vLLM driver passes the endpoint on as ``LLM(otlp_traces_endpoint=...)``)."""
+    return {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
 
 
 @contextlib.contextmanager

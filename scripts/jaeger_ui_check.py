@@ -236,6 +236,7 @@ def check_story(facts: TraceFacts, seen: dict[str, Any]) -> list[Check]:
     checks.append(Check("services distinguishable", "PASS" if len(services) > 1 else "FAIL",
                         f"{len(services)} service name(s): {', '.join(services)}"))
     checks.append(_check_events_in_view(rows))
+    checks.append(_check_latency_readable(rows))
     checks.append(_check_hit(facts, rows))
     checks.append(_check_survivors(facts, rows))
     return checks
@@ -261,6 +262,16 @@ def _check_events_in_view(rows: list[dict[str, Any]]) -> Check:
     return Check("every event in view", "FAIL" if cut else "PASS",
                  f"hidden until 'show all': {'; '.join(cut)}" if cut
                  else "no event outside the trace's range")
+
+
+def _check_latency_readable(rows: list[dict[str, Any]]) -> Check:
+    """A person reads milliseconds with one or two decimals (issue 22, item 7)."""
+    shown = readable_values(rows)
+    if not shown:
+        return Check("detection latency readable", "SKIP", "no faultlab.detection.latency_ms shown")
+    long = [v for v in shown if len(v.partition(".")[2]) > 2]
+    return Check("detection latency readable", "FAIL" if long else "PASS",
+                 f"shown as {', '.join(shown)} ms" + (" (more than 2 decimals)" if long else ""))
 
 
 def _check_hit(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
@@ -304,8 +315,6 @@ def _report(facts: TraceFacts, seen: dict[str, Any], checks: list[Check], pngs: 
         names = ", ".join(r.get("eventNames") or [])
         events = f"  [{r['events']}: {names}]" if r.get("events") else ""
         print(f"  {'ERR' if r['ownError'] else '   '} {r['service']:<22} {r['name']:<40} {who}{events}")
-    if latency := readable_values(seen["rows"]):
-        print(f"  detection latency as shown: {', '.join(latency)} ms")
     for c in checks:
         print(f"{c.status:<4} {c.name}: {c.detail}")
     print(f"screenshots: {pngs[0]} (timeline), {pngs[1]} (the fault's row, else the first error row, opened)")

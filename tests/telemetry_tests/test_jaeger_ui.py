@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "jaeger_ui_check.sh"
 FAULTLAB = str(Path(sys.executable).with_name("faultlab"))
 STORY_CHECKS = ("every span drawn", "chaos.fault shown", "faultlab.detection shown",
-                "services distinguishable", "every event in view", "faulted process has a row",
-                "survivor not an error")
+                "services distinguishable", "every event in view", "detection latency readable",
+                "faulted process has a row", "survivor not an error")
 
 pytestmark = [
     pytest.mark.jaeger_ui,

@@ -136,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
     if targeted:
         return _run_target(args, suite)
     suite = with_regressions(suite)  # explore's findings on the real executor come first
-    _check_selection([s.name for s in (*suite.scenarios, *suite.recovery)], args.only, suite.name)
+    _check_selection([s.name for s in suite.scenarios] + [r.name for r in suite.recovery], args.only,
+                     suite.name)
     seed = suite.seed if args.seed is None else args.seed
     sys.stderr.write(f"chaos suite {suite.name} ({suite.path}), seed {seed}, out {args.out}\n")
     results, wall = timed(lambda: run_suite(suite, seed, args.out, stderr_progress,

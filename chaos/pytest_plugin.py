@@ -1,9 +1,8 @@
 """Chaos suites as pytest items: ``pytest --faultlab-suite NAME_OR_PATH`` (repeatable).
 
-    --faultlab-suite smoke ─► load_suite (chaos.suites) ─► SuiteNode "smoke" (a child of the session)
-                                                             └─► ScenarioItem "smoke::kill-mid-call", one
-                                                                 per [[scenario]], [[recovery]] and
-                                                                 [[target_scenario]] table
+    --faultlab-suite smoke ─► load_suite + with_regressions (as chaos run) ─► SuiteNode "smoke"
+        (a child of the session) ─► ScenarioItem "smoke::kill-mid-call": one per [[scenario]],
+                                    [[recovery]] and [[target_scenario]] table
     ScenarioItem.runtest ─► run_case: chaos.runner.run_one / chaos.recovery.run_recovery /
                             chaos.targets.compare.run_target_scenario, into its own run directory
                         ─► user_properties (detection_latency_s, outcome, seed, run_dir, ...)
@@ -40,6 +39,7 @@ import pytest
 
 from chaos.faults import PlanError
 from chaos.recovery import RecoveryScenario, run_recovery
+from chaos.regressions import with_regressions
 from chaos.runner import AnyResult, run_one, slug
 from chaos.suites import SUITE_DIR, Scenario, Suite, SuiteError, load_suite
 from chaos.targets.scenario import TargetScenario
@@ -93,7 +93,7 @@ def load_suites(names: list[str]) -> list[Suite]:
     suites: dict[str, Suite] = {}
     for name in names:
         try:
-            suite = load_suite(name)
+            suite = with_regressions(load_suite(name))  # as ``faultlab chaos run`` loads it
         except (SuiteError, PlanError) as exc:
             raise pytest.UsageError(f"--faultlab-suite {name}: {exc}") from None
         if suite.name in suites:

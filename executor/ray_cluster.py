@@ -181,6 +181,19 @@ class LocalRayCluster:
         raylet.kill()
         return int(raylet.pid)
 
+    def restart_node(self, node: str | int, timeout: float = 180.0) -> RayNode:
+        """Take what is left of a worker node down and start a fresh one in its place (a
+        new raylet and node id, the same name)."""
+        old = self.node(node)
+        if old.index == 0:
+            raise ValueError("the head cannot be restarted: start a new cluster")
+        self._stop_node(old)
+        self.nodes.remove(old)
+        _truncate(os.path.join(self.temp_dir, f"node{old.index}.log"))
+        self._start_node(old.index, time.monotonic() + timeout)
+        self.nodes.sort(key=lambda n: n.index)
+        return self.node(old.index)
+
     def pids(self) -> list[int]:
         return [p.pid for n in self.nodes for p in [psutil.Process(n.keeper.pid), *n.processes()]
                 if p.is_running()]
@@ -217,6 +230,11 @@ def _has_line(path: str, text: str) -> bool:
             return text in f.read()
     except FileNotFoundError:
         return False
+
+
+def _truncate(path: str) -> None:
+    with open(path, "wb"):
+        pass
 
 
 def _free_port() -> int:

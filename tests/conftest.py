@@ -49,7 +49,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _ray_cluster.pop().shutdown()  # type: ignore[attr-defined]
 
 
-def ray_cluster() -> object:
+def session_ray_cluster() -> object:
     """The session's two-node Ray cluster (started now if it is not yet)."""
     if not _ray_cluster:
         from executor.ray_cluster import LocalRayCluster
@@ -68,6 +68,12 @@ def no_leaks() -> Iterator[None]:
     yield
     problems = leaks.check(before)
     assert not problems, "; ".join(problems)
+
+
+@pytest.fixture
+def ray_cluster() -> object:
+    """The session's ``LocalRayCluster`` (executor/ray_cluster.py), started on first use."""
+    return session_ray_cluster()
 
 
 @pytest.fixture
@@ -91,7 +97,7 @@ def make_executor(start_method: str) -> Iterator[Callable[..., MultiprocExecutor
     def make_ray(**overrides: object) -> MultiprocExecutor:
         from executor import RayExecutor
 
-        address = ray_cluster().address  # type: ignore[attr-defined]
+        address = session_ray_cluster().address  # type: ignore[attr-defined]
         cfg = ExecutorConfig(**{"tensor_parallel_size": 2, **overrides})  # type: ignore[arg-type]
         ex = RayExecutor(cfg, address=address)
         made.append(ex)  # type: ignore[arg-type]

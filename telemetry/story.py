@@ -65,6 +65,7 @@ from telemetry.naming import STEP_FAILED, error_type
 
 DEATHS = ("executor.worker_death", "executor.node_lost")
 KILLING = ("kill_worker", "term_worker", "kill_driver", "kill_node")
+REPAIRS = ("resume_worker",)  # faults that undo one: never the cause of a failed RPC
 _KIND_PREFIXES = (
     ("rpc ", "client"), ("worker.execute ", "server"), ("executor.enqueue", "producer"),
     ("worker.reply_enqueue", "producer"), ("worker.dequeue", "consumer"),
@@ -189,7 +190,8 @@ class Story:
         return [r for r in rpcs if r.start_ns <= fault.time_ns <= r.shown_end_ns]
 
     def _latest_fault(self, time_ns: int) -> FaultInfo | None:
-        return max((f for f in self.faults if f.time_ns <= time_ns),
+        """The last fault before ``time_ns`` that breaks something (a resume repairs)."""
+        return max((f for f in self.faults if f.time_ns <= time_ns and f.kind not in REPAIRS),
                    key=lambda f: f.time_ns, default=None)
 
     def _victim(self, fault: FaultInfo) -> ProcessInfo | None:

@@ -136,6 +136,8 @@ class Exploration:
         self.runs += 1
         self.coverage.add(verdict.result, drawn.start_method, verdict.events,
                           lambda r: swarm.fault_site(scenario.faults[r["index"]]))
+        if swarm.STUBBORN in scenario.calls:  # a site that is a call, not a fault
+            self.coverage.sites["stubborn_worker"] += 1
         if not verdict.problems:
             _drop_traces(where)
             return

@@ -261,12 +261,18 @@ def failure_report(case: Case, result: AnyResult, seed: int, out: Path, options:
 
 
 def reproduce_command(case: Case, seed: int, out: Path, options: Options) -> str:
-    """``faultlab chaos replay DIR`` for a [[scenario]] (its run saved scenario.json); the
-    CLI's ``chaos run -k`` for the other tables, which replay does not read."""
+    """``faultlab chaos replay DIR`` for a [[scenario]] (its run saved scenario.json), which
+    replay alone reads; ``chaos run -k`` for the other tables, when chaos run reaches them
+    (it runs a [[target_scenario]] on faultlab only in a suite of target scenarios alone);
+    else this item again through pytest."""
     if isinstance(case.entry, Scenario):
         return f"faultlab chaos replay {shlex.quote(str(out))}"
     suite = case.suite
     where = suite.name if suite.path.parent == SUITE_DIR else str(suite.path.resolve())
+    if case.table == "target_scenario" and options.target == "faultlab" and (
+            suite.scenarios or suite.recovery):
+        return (f"pytest --faultlab-suite {shlex.quote(where)} --faultlab-seed {seed} "
+                f"-k {shlex.quote(case.name)}")
     target = f" --target {options.target}" if case.table == "target_scenario" else ""
     return (f"faultlab chaos run {shlex.quote(where)} --seed {seed}{target} "
             f"-k {shlex.quote('^' + re.escape(case.name) + '$')} --out {shlex.quote(str(out) + '-rerun')}")

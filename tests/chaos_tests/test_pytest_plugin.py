@@ -8,7 +8,7 @@ point that loads the plugin; collection alone runs in this process (a subprocess
     case                          command                                 expected
     ids, and only the suite       --collect-only (a test file beside it)  TINY ids, the file not collected
     path arguments still count    --collect-only test_beside.py           the suite and the file
-    -k, -m (fault-kind marker)    --collect-only -k / -m                  the matching ids only
+    -k, -m (fault-kind, table)    --collect-only -k / -m                  the matching ids only
     malformed suite, same name,   --faultlab-suite bad.toml               usage error naming the file
     unknown target
     run, junit, a failure         --junitxml                              2 passed, 1 failed with its
@@ -20,6 +20,7 @@ point that loads the plugin; collection alone runs in this process (a subprocess
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import xml.etree.ElementTree as ET
@@ -63,6 +64,19 @@ kind = "kill_worker"
 rank = 0
 on_call = ["sleep", 1]
 """
+OTHER_TABLES = """
+[suite]
+name = "other"
+[[recovery]]
+name = "restart"
+fault = "kill"
+rank = 1
+max_tokens = 12
+steps = [2, 6]
+[[target_scenario]]
+name = "outside-kill"
+fault = "kill"
+"""
 IDS = ["tiny::kill-mid-call", "tiny::slow-echoes", "tiny::wrong-expectation"]
 BESIDE = "def test_beside():\n    pass\n"
 # Hypothesis' plugin imports hypothesis at the end of every run: 5-8 s on the loaded machine
@@ -103,6 +117,11 @@ def test_k_and_fault_kind_markers_select(pytester: pytest.Pytester, suite: Path)
     assert collected(pytester, "--faultlab-suite", str(suite), "-k", "kill-mid or slow") == IDS[:2]
     assert collected(pytester, "--faultlab-suite", str(suite), "-m", "faultlab_slow_worker") == IDS[1:2]
     assert collected(pytester, "--faultlab-suite", str(suite), "-k", "kill_worker") == IDS[::2]
+    other = pytester.makefile(".toml", other=OTHER_TABLES)
+    both = ["--faultlab-suite", str(suite), "--faultlab-suite", str(other)]
+    assert collected(pytester, *both, "-m", "faultlab_recovery") == ["other::restart"]
+    assert collected(pytester, *both, "-m", "faultlab_target_scenario") == ["other::outside-kill"]
+    assert collected(pytester, *both, "-m", "faultlab_kill") == ["other::restart", "other::outside-kill"]
 
 
 def test_a_bad_suite_is_a_usage_error(pytester: pytest.Pytester, suite: Path) -> None:
@@ -164,3 +183,22 @@ def test_without_the_option_nothing_of_chaos_loads(pytester: pytest.Pytester) ->
     pytester.makefile(".py", test_plain="import sys\n\ndef test_plain():\n"
                                         "    assert 'chaos' not in sys.modules\n")
     pytester.runpytest_subprocess(*QUICK, timeout=120).assert_outcomes(passed=1)
+
+
+def test_reproduce_lines_name_a_command_that_reaches_the_table(tmp_path: Path) -> None:
+    """replay reads [[scenario]] runs only; chaos run -k reaches a [[recovery]] table, and a
+    [[target_scenario]] on faultlab only in a suite of target scenarios alone."""
+    from chaos.pytest_plugin import Options, cases, reproduce_command
+    from chaos.suites import load_suite
+
+    path = tmp_path / "other.toml"
+    path.write_text(OTHER_TABLES)
+    recovery, outside = cases(load_suite(str(path)))
+    options = Options(seed=None, out=None, start_method=None, target="faultlab")
+    run = reproduce_command(recovery, 3, tmp_path / "r", options)
+    assert shlex.split(run)[:7] == ["faultlab", "chaos", "run", str(path), "--seed", "3", "-k"]
+    assert shlex.split(run)[7] == "^restart$"
+    assert reproduce_command(outside, 3, tmp_path / "o", options) == (
+        f"pytest --faultlab-suite {path} --faultlab-seed 3 -k outside-kill")
+    on_ray = dataclasses.replace(options, target="ray")
+    assert "--target ray -k '^outside\\-kill$'" in reproduce_command(outside, 3, tmp_path, on_ray)

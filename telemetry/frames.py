@@ -25,9 +25,11 @@ role``.
 
 from __future__ import annotations
 
+import array
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from telemetry.assemble import RecordedSpan
@@ -44,6 +46,7 @@ EVENT_COLUMNS = [
 _INT_COLUMNS = (
     "pid", "rank", "tid", "start_ns", "end_ns", "duration_ns", "last_seen_ns", "time_ns",
 )
+_FLAG_COLUMNS = ("truncated", "stopped", "point")
 
 
 def span_row(span: RecordedSpan) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def _columns_frame(values: dict[str, list[Any]], columns: list[str], sort_by: st
     for column in columns:
         if column in _INT_COLUMNS:
             data[column] = pd.array(values[column], dtype="Int64")
-        elif column in ("truncated", "stopped", "point"):
+        elif column in _FLAG_COLUMNS:
             data[column] = pd.array(values[column], dtype=bool)
         else:
             data[column] = pd.Series(values[column], dtype=object)
@@ -103,15 +106,58 @@ def load_run(run_dir: str | os.PathLike[str], columns: list[str] | None = None) 
     unknown = [c for c in wanted if c not in SPAN_COLUMNS]
     if unknown:
         raise ValueError(f"unknown load_run columns {unknown}; known: {', '.join(SPAN_COLUMNS)}")
-    values: dict[str, list[Any]] = {c: [] for c in wanted}
-    appenders = [(c, values[c].append) for c in wanted]
+    builder = _ColumnBuilder(wanted)
     for spans in iter_traces(run_dir):
+        builder.add_trace(spans)
+    frame = builder.frame()
+    if "start_ns" not in wanted:
+        return frame
+    return frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+class _ColumnBuilder:
+    """``load_run``'s columns, appended trace by trace and kept compact: integers in
+    ``array('q')`` with a null mask (no int object per value), flags in a bytearray, hex ids
+    as strings shared within a trace (a trace id's, a parent's: its span's)."""
+
+    def __init__(self, wanted: list[str]) -> None:
+        self.wanted = wanted
+        self.ints = {c: (array.array("q"), bytearray()) for c in wanted if c in _INT_COLUMNS}
+        self.flags = {c: bytearray() for c in wanted if c in _FLAG_COLUMNS}
+        self.objects: dict[str, list[Any]] = {
+            c: [] for c in wanted if c not in self.ints and c not in self.flags}
+
+    def add_trace(self, spans: list[RecordedSpan]) -> None:
+        shared: dict[str, str] = {}
         for span in spans:
             row = span_row(span)
-            for column, append in appenders:
-                append(row[column])
-    sort_by = "start_ns" if "start_ns" in wanted else None
-    return _columns_frame(values, wanted, sort_by)
+            for key in ("trace_id", "span_id", "parent_span_id"):
+                text = row[key]
+                if text is not None:
+                    row[key] = shared.setdefault(text, text)
+            for column, (values, nulls) in self.ints.items():
+                value = row[column]
+                values.append(0 if value is None else value)
+                nulls.append(value is None)
+            for column, flags in self.flags.items():
+                flags.append(bool(row[column]))
+            for column, objects in self.objects.items():
+                objects.append(row[column])
+
+    def frame(self) -> pd.DataFrame:
+        data: dict[str, Any] = {}
+        for column in self.wanted:
+            if column in self.ints:
+                values, nulls = self.ints[column]
+                data[column] = pd.arrays.IntegerArray(
+                    np.frombuffer(values, np.int64) if values else np.zeros(0, np.int64),
+                    np.frombuffer(bytes(nulls), bool) if nulls else np.zeros(0, bool))
+            elif column in self.flags:
+                data[column] = np.frombuffer(bytes(self.flags[column]), bool) \
+                    if self.flags[column] else np.zeros(0, bool)
+            else:
+                data[column] = pd.Series(self.objects.pop(column), dtype=object)
+        return pd.DataFrame(data, columns=self.wanted)
 
 
 def event_rows(spans: list[RecordedSpan]) -> list[dict[str, Any]]:

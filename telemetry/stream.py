@@ -46,6 +46,7 @@ from telemetry.story import DEATHS, FAULT, RESTART, STOPPED, Story
 STORY_NAMES = frozenset({FAULT, STOPPED, RESTART, *DEATHS})
 _CHUNK_BITS = 12  # records read per pread in pass 2: 4096 slots, 256 KiB
 _CACHE_CHUNKS = 8
+_SCAN_SLOTS = 1 << 16  # records read at once by the index pass: 4 MiB
 _NONE = np.iinfo(np.int64).max
 
 
@@ -60,13 +61,17 @@ class _Records:
         self._cache: OrderedDict[int, bytes] = OrderedDict()
 
     def segments(self) -> Iterator[tuple[int, bytes]]:
-        """(first slot, records) of each segment, in order, up to the first missing one."""
-        seg = 0
+        """(first slot, records) of each segment, in order, up to the first missing one,
+        at most ``_SCAN_SLOTS`` at a time (a segment may be up to 1 GiB)."""
+        seg, per_read = 0, min(_SCAN_SLOTS, 1 << self.bits)
         while True:
-            data = self._read(seg, 0, 1 << self.bits)
-            if data is None:
-                return
-            yield seg << self.bits, data
+            for first in range(0, 1 << self.bits, per_read):
+                data = self._read(seg, first, per_read)
+                if data is None:
+                    return
+                yield (seg << self.bits) + first, data
+                if len(data) < per_read * j.RECORD_SIZE:
+                    break  # a trimmed (closed) segment ends here
             seg += 1
 
     def record(self, slot: int) -> bytes:

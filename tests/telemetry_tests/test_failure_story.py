@@ -317,3 +317,30 @@ def test_telling_twice_adds_nothing_twice() -> None:
     before = {i: (len(s.events), len(s.links)) for i, s in run.items()}
     tell(list(run.values()))
     assert {i: (len(s.events), len(s.links)) for i, s in run.items()} == before
+
+
+def test_a_fault_between_rpcs_is_told_on_the_rpc_it_failed_not_on_one_that_succeeded() -> None:
+    """Async scheduling: the RPC open at the kill had its replies already and succeeds; the
+    next one, begun after the kill, fails: only it tells the fault, inside its own range,
+    with the victim's own row (issue 22, items 1 and 2)."""
+    fault = _span("chaos.fault", 61, 0xF, 100, 100, {
+        "chaos.kind": "kill_worker", "faultlab.rank": 1, "process.pid": 201,
+        "chaos.time_ns": 100, "chaos.signal": "SIGKILL"})
+    succeeded = _span("rpc execute_model", 62, 0x62, 50, 300)
+    failed = _failed_rpc(63, 110, 260, "ExecutorFailedError")
+    death = _span("executor.worker_death", 64, 0xD, 250, 250,
+                  {"faultlab.rank": 1, "process.pid": 201, "faultlab.detected_ns": 250})
+    in_flight = _failed_rpc(66, 80, 255, "ExecutorFailedError")  # open at the kill, fails
+    earlier = _span("worker.execute execute_model", 65, 66, 85, 95, parent=66, process=VICTIM)
+    tell([fault, succeeded, failed, death, in_flight, earlier])
+    assert not _events(succeeded, "chaos.fault") and not succeeded.story_spans
+    assert _events(in_flight, "chaos.fault")
+    assert not _events(earlier, "chaos.fault")  # the victim's span ended before the kill
+    [told] = _events(failed, "chaos.fault")
+    assert told["faultlab.fault.offset_ms"] == -10.0  # 10 ms before the RPC began
+    assert all(failed.start_ns <= e.time_ns <= failed.shown_end_ns for e in failed.events)
+    [detection] = _events(failed, "faultlab.detection")
+    assert detection["faultlab.detection.latency_ms"] == 150.0
+    [row] = failed.story_spans
+    assert (row.name, row.process, row.status) == ("worker.killed", VICTIM, "ERROR")
+    assert row.attributes["faultlab.fate"].startswith("worker rank 1 (pid 201) killed by SIGKILL")

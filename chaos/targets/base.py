@@ -9,6 +9,8 @@
       start_timeout_s           how long its start-up may take (vLLM: minutes)
       shutdown_timeout_s        how long its driver may take to exit after ``done``
       expected_values(spec)     each call's fault-free value, when the spec alone gives it
+      otlp_traces               it exports OpenTelemetry spans itself: the observer points
+                                it (OTEL_EXPORTER_OTLP_TRACES_*) at a loopback receiver
 
 The driver subprocess runs the target's executor and ``spec``'s workload and reports in the
 driver protocol (chaos/targets/protocol.py).  Faults are applied from outside by the
@@ -73,6 +75,8 @@ class Target(abc.ABC):
     # How long its driver may take to exit after ``done`` (+ the spec's linger_s) before the
     # observer calls it a hang at shutdown.
     shutdown_timeout_s: ClassVar[float] = 15.0
+    # It sends its own spans over OTLP/HTTP when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set.
+    otlp_traces: ClassVar[bool] = False
 
     @abc.abstractmethod
     def unavailable(self) -> str | None:

@@ -7,6 +7,8 @@
                                                           DIR/compare.md     scenario × target
                                                           DIR/junit-NAME.xml one per target
                                                           DIR/NAME/SCENARIO/seed-N/record.json
+                                                          ... and journal-*.bin: the run's
+                                                          trace (chaos.targets.run_trace)
 
 A row: target, scenario, seed, fault (the kind), outcome (chaos.targets.oracles.outcome),
 detected, detection_latency_s, cause_named (rank | worker | generic | none), orphans
@@ -30,6 +32,7 @@ from xml.etree import ElementTree as ET
 from chaos.targets import oracles
 from chaos.targets.base import Target
 from chaos.targets.run import TargetRun
+from chaos.targets.run_trace import write_run_trace
 from chaos.targets.scenario import TargetScenario
 
 Progress = Callable[[str], None]
@@ -71,7 +74,8 @@ def slug(name: str) -> str:
 
 def run_target_scenario(target: Target, scenario: TargetScenario, seed: int, out: Path,
                         reference_root: Path) -> TargetResult:
-    record = TargetRun(target, scenario, seed, out).run()
+    observer = TargetRun(target, scenario, seed, out)
+    record = observer.run()
     expected = (oracles.reference_values(target, scenario, seed, reference_root)
                 if record.applicable and record.calls else None)
     violations, tolerated = oracles.check(record, expected, scenario.tolerate)
@@ -89,6 +93,7 @@ def run_target_scenario(target: Target, scenario: TargetScenario, seed: int, out
         tolerated=[str(v) for v in tolerated], note=note, wall_s=round(record.wall_s, 3),
         dir=str(out))
     (out / "result.json").write_text(json.dumps(result.row(), indent=1))
+    write_run_trace(record, out, observer.target_spans, result.row())  # faultlab trace export
     return result
 
 

@@ -105,6 +105,9 @@ def build_llm(model_dir: Path, ranks: int, max_len: int) -> Any:
         tensor_parallel_size=ranks, distributed_executor_backend="mp",
         # With OTLP tracing on, vLLM asserts on the first finished request unless stats are on.
         disable_log_stats=False, seed=0,
+        # The observer's loopback receiver (http/protobuf, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+        # set beside it): vLLM's llm_request spans join the run's trace.
+        otlp_traces_endpoint=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None,
     )
 
 

@@ -54,6 +54,9 @@ class VllmTarget(Target):
     # over 15 s on a loaded one: the engine core waits VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (5)
     # for workers that do not exit, SIGTERMs them, then everything is SIGKILLed.
     shutdown_timeout_s: ClassVar[float] = 30.0
+    # vLLM's OTLP tracing (llm_request spans), turned on by the driver when the observer
+    # sets OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.
+    otlp_traces: ClassVar[bool] = True
 
     def unavailable(self) -> str | None:
         python = vllm_python()

@@ -60,7 +60,7 @@ from executor.resources import ExecutorResources
 from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.transport import BroadcastWriter, MessageReader, MessageWriter
-from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy
+from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy, Warmth
 from telemetry import rpc_trace
 from telemetry.journal import OWNER_SPAN
 from telemetry.rpc_trace import SPAN_ID, TRACE_ID, RpcTrace
@@ -96,6 +96,7 @@ class MultiprocExecutor:
         self._ids = itertools.count(1)
         self._rec = self._res.rec
         self._wait_policy = wait_policy  # every incarnation's queues wait the same way
+        self._workers_woken = Warmth()  # the rpc writer rang a worker: reply waits block at once
         try:
             self._start(wait_policy)
         except BaseException:
@@ -141,7 +142,7 @@ class MultiprocExecutor:
         shm_writer = QueueWriter(
             rpc_ring, [h.rpc_bell.fileno() for h in res.handles],
             Doorbell(res.wiring.rpc_writer_bell.fileno()), [res.cancel_r], self._raise_failure, policy,
-            relieve=self._relieve,
+            relieve=self._relieve, woke=self._workers_woken,
         )
         self._writer: MessageWriter = shm_writer
         readers: list[MessageReader] = list(self._attach_replies(policy))
@@ -168,7 +169,7 @@ class MultiprocExecutor:
             os.set_blocking(h.reply_bell.fileno(), False)
             readers.append(QueueReader(
                 ring, 0, Doorbell(h.reply_bell.fileno()), h.reply_writer_bell.fileno(),
-                [self._res.cancel_r], self._raise_failure, policy,
+                [self._res.cancel_r], self._raise_failure, policy, peers=self._workers_woken,
             ))
         return readers
 

@@ -74,7 +74,7 @@ from executor.shm_ring import READ_FLAGS as _READ_FLAGS
 from executor.shm_ring import U32 as _U32
 from executor.shm_ring import U64 as _U64
 from executor.shm_ring import digest as _digest
-from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, fence, ring
+from executor.waiting import DEFAULT_POLICY, Doorbell, Sleeper, WaitPolicy, Warmth, fence, ring
 
 _SPLIT_MIN = 256 << 10  # a one-chunk message this long goes through the reader's layout (as _SMALL)
 _CHECK_S = 0.1  # a waiting writer looks for damaged read flags this often
@@ -95,8 +95,10 @@ class QueueWriter:
         on_interrupt: Callable[[], None] = lambda: None,
         policy: WaitPolicy = DEFAULT_POLICY,
         relieve: Callable[[], bool] | None = None,
+        woke: Warmth | None = None,
     ) -> None:
         self.ring = ring
+        self._woke = woke  # set per message: did it ring a sleeping reader's doorbell?
         self.spec = ring.spec
         self._reader_bells = list(reader_bells)
         self._all_read = b"\1" * self.spec.n_readers
@@ -112,6 +114,8 @@ class QueueWriter:
 
     def write(self, msg_id: int, parts: Sequence[memoryview | bytes], deadline: float | None) -> None:
         """Publish one message; raises QueueFullError (nothing half-published) at ``deadline``."""
+        if self._woke is not None:
+            self._woke.asleep = False
         if self._publishing is not None:
             self._finish_publish()
         if self._aborted is not None:
@@ -256,6 +260,8 @@ class QueueWriter:
         for r, bell in enumerate(self._reader_bells):
             if sleeping[1 + r]:
                 ring(bell)
+                if self._woke is not None:
+                    self._woke.asleep = True
 
 
 class QueueReader:
@@ -276,6 +282,7 @@ class QueueReader:
         on_interrupt: Callable[[], None] = lambda: None,
         policy: WaitPolicy = DEFAULT_POLICY,
         layout: Layout | None = frame_layout,
+        peers: Warmth | None = None,
     ) -> None:
         self.ring = ring
         self.spec = ring.spec
@@ -293,7 +300,7 @@ class QueueReader:
         self._held: tuple[int, bytes | bytearray] | CorruptMessageError | None = None
         self._unreleased: tuple[int, int] | None = None  # (index, seq) taken, flag maybe not set
         self._sleeper = Sleeper(
-            ring.flags, 1 + index, own_bell, interrupt_fds, on_interrupt, policy
+            ring.flags, 1 + index, own_bell, interrupt_fds, on_interrupt, policy, peers
         )
 
     def read(

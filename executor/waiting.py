@@ -18,6 +18,14 @@ later loads).  A lost wake-up is also bounded: the block step never sleeps longe
 Interrupt fds (the driver's cancel pipe, a worker's death pipe) wake the waiter at once;
 the caller's ``on_interrupt`` decides what that means by raising.
 
+A wait for peers that were asleep skips spin and yield.  The driver's request writer notes
+in a ``Warmth`` whether it had to ring a worker's doorbell (the worker was in its block
+step); its reply readers share that ``Warmth``.  A woken worker needs a wake-up and its
+whole call before it can reply, which outlasts the yield phase (a 1 MiB echo takes
+~0.5 ms), and yielding meanwhile takes a core from the workers being woken (two cores, a
+driver and two workers: measured in bench/bench_vs_reference.py's mixed workload).  Hot
+workers (answering while the driver yields) keep the yield phase.
+
 The block step uses ``poll``, never ``select``: a process that already holds 1,024 fds (a
 server with many connections, or a worker forked from one) gets fd numbers ``select``
 cannot take.
@@ -78,6 +86,15 @@ def ring(fd: int) -> None:
         pass
 
 
+class Warmth:
+    """Whether the last message a writer published had to wake a sleeping reader."""
+
+    __slots__ = ("asleep",)
+
+    def __init__(self) -> None:
+        self.asleep = False  # one store by the writer, read by the waits that share it
+
+
 @dataclasses.dataclass
 class Sleeper:
     """What one waiter needs: its sleeping flag in shared memory and its doorbell."""
@@ -88,11 +105,14 @@ class Sleeper:
     interrupt_fds: Sequence[int] = ()
     on_interrupt: Callable[[], None] = lambda: None
     policy: WaitPolicy = DEFAULT_POLICY
+    peers: Warmth | None = None  # when they were asleep, skip spin and yield (see above)
 
     def wait(self, ready: Callable[[], bool], deadline: float | None) -> bool:
         """Return True once ``ready()``; False when ``deadline`` (monotonic) passed first."""
         if ready():
             return True
+        if self.peers is not None and self.peers.asleep:
+            return self._block(ready, deadline)
         start = time.monotonic()
         if self._spin(ready, start + self.policy.spin_s, deadline):
             return True

@@ -63,6 +63,9 @@ class SpanFact:
     role: str
     rank: int | None
     pid: int | None
+    start_us: int
+    end_us: int
+    parent: str | None  # a CHILD_OF parent in the same trace
 
 
 @dataclass(frozen=True)
@@ -146,9 +149,13 @@ def trace_facts(trace: dict[str, Any], why: str, hit_pids: frozenset[int]) -> Tr
     for s in trace["spans"]:
         proc = procs.get(s.get("processID"), {})
         rank = _tags(s.get("tags", [])).get("faultlab.rank", proc.get("faultlab.rank"))
+        parents = [r["spanID"] for r in s.get("references", [])
+                   if r.get("refType") == "CHILD_OF" and r.get("traceID") == trace["traceID"]]
+        start = int(s.get("startTime", 0))
         spans[s["spanID"]] = SpanFact(
             s["spanID"], s.get("operationName", ""), str(proc.get("faultlab.role", "?")),
             rank if isinstance(rank, int) else None, proc.get("process.pid"),
+            start, start + int(s.get("duration", 0)), parents[0] if parents else None,
         )
     return TraceFacts(trace["traceID"], why, spans, hit_pids)
 
@@ -294,6 +301,18 @@ def _check_survivors(facts: TraceFacts, rows: list[dict[str, Any]]) -> Check:
                  else f"{len(survivors)} surviving worker row(s), none with an error icon")
 
 
+def bars_past_parent(facts: TraceFacts, slack_us: int = 1000) -> list[str]:
+    """Spans drawn ending after their parent (not judged: a survivor may outlive a failed
+    call; said because the bar runs past its parent's on the timeline)."""
+    notes = []
+    for s in facts.spans.values():
+        parent = facts.spans.get(s.parent or "")
+        if parent and s.end_us > parent.end_us + slack_us:
+            notes.append(f"{s.name} ends {(s.end_us - parent.end_us) / 1000:.1f} ms after its parent "
+                         f"{parent.name} ({(parent.end_us - parent.start_us) / 1000:.1f} ms)")
+    return notes
+
+
 def readable_values(rows: list[dict[str, Any]]) -> list[str]:
     """The detection latency as the page prints it (for the report, not judged)."""
     found = []
@@ -317,6 +336,8 @@ def _report(facts: TraceFacts, seen: dict[str, Any], checks: list[Check], pngs: 
         print(f"  {'ERR' if r['ownError'] else '   '} {r['service']:<22} {r['name']:<40} {who}{events}")
     for c in checks:
         print(f"{c.status:<4} {c.name}: {c.detail}")
+    for note in bars_past_parent(facts):
+        print(f"NOTE bar past its parent: {note}")
     print(f"screenshots: {pngs[0]} (timeline), {pngs[1]} (the fault's row, else the first error row, opened)")
 
 

@@ -36,6 +36,7 @@ from faultlab import cli
 from faultlab.trace_hint import failed_traces
 from telemetry.assemble import read_run
 from telemetry.jaeger_json import to_jaeger
+from telemetry.otlp_json import to_otlp_json
 
 ECHO = ExecutorConfig(worker="executor.workers:EchoWorker", tensor_parallel_size=2,
                       start_method="fork")
@@ -95,11 +96,12 @@ def flow(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """One run of the flow: its Jaeger export, the failed RPCs' traces, what it printed."""
     name = request.param
     run_dir, stdout = FLOWS[name](tmp_path_factory.mktemp(name))
-    doc = json.loads(json.dumps(to_jaeger(read_run(run_dir))))
+    spans = read_run(run_dir)
+    doc = json.loads(json.dumps(to_jaeger(spans)))
     failed = [t for t in doc["data"] if any(_is_failed_rpc(s) for s in t["spans"])]
     assert failed, f"{name}: no failed RPC in the run"
     return {"name": name, "doc": doc, "failed": failed, "stdout": stdout,
-            "listed": [f.trace_id for f in failed_traces(run_dir)]}
+            "listed": [f.trace_id for f in failed_traces(run_dir)], "otlp": to_otlp_json(spans)}
 
 
 def _is_failed_rpc(span: dict[str, Any]) -> bool:
@@ -178,6 +180,23 @@ def test_ranks_are_told_apart_by_service(flow: dict[str, Any]) -> None:
         for process in trace["processes"].values():
             instance = _tags(process["tags"])["service.instance.id"]
             assert process["serviceName"] == f"faultlab {instance.rsplit(' pid ', 1)[0]}"
+
+
+def test_the_otlp_export_says_the_same(flow: dict[str, Any]) -> None:
+    """OTLP JSON: the same service per role and service.instance.id as the Jaeger JSON, and
+    the hit rank's row in its own resource (README: every export agrees)."""
+    jaeger = {p["serviceName"]: _tags(p["tags"])["service.instance.id"]
+              for t in flow["doc"]["data"] for p in t["processes"].values()}
+    otlp: dict[str, str] = {}
+    killed_rows = []
+    for resource_spans in flow["otlp"]["resourceSpans"]:
+        attrs = {a["key"]: next(iter(a["value"].values())) for a in resource_spans["resource"]["attributes"]}
+        otlp[attrs["service.name"]] = attrs["service.instance.id"]
+        killed_rows += [(attrs["service.name"], s["name"]) for ss in resource_spans["scopeSpans"]
+                        for s in ss["spans"] if s["name"].startswith("worker.") and any(
+                            a["key"] == "faultlab.fate" for a in s.get("attributes", []))]
+    assert set(otlp.items()) == set(jaeger.items())
+    assert killed_rows and {svc for svc, _ in killed_rows} == {f"faultlab worker rank {VICTIM}"}
 
 
 def test_no_rpc_that_succeeded_carries_the_fault(flow: dict[str, Any]) -> None:

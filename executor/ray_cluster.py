@@ -16,8 +16,9 @@ Invariants:
   ignores a SIGTERM of its own for minutes, and its children would be orphaned to init
   without the subreaper.)
 - Every node's files live under one private temp dir (short: Ray's socket paths must fit
-  107 bytes), removed by ``shutdown()``.  The plasma store is an unlinked file in /dev/shm
-  that goes with its raylet.
+  107 bytes; worker nodes take the head's session dir), removed by ``shutdown()`` or, when
+  the driver died, by the head's keeper once its tree is down.  The plasma store is an
+  unlinked file in /dev/shm that goes with its raylet.
 - Node ``k`` carries the custom resource ``faultlab_node_k``: that is its name in errors
   (on loopback every node has the same IP).  Node 0 is the head.
 - The driver must set ``RAY_ENV`` before it imports ray (``apply_ray_env``): ray reads some
@@ -282,6 +283,8 @@ def keep(ray_start_args: Sequence[str]) -> int:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _take_down(psutil.Process(), child)
+    if "--head" in ray_start_args and "--temp-dir" in ray_start_args:  # the driver may be gone
+        shutil.rmtree(ray_start_args[ray_start_args.index("--temp-dir") + 1], ignore_errors=True)
     return 0
 
 

@@ -7,7 +7,8 @@
     parent ── bench_long_traced.py --child (117,779 traced echo RPCs after 1,000 warm-up:
               the 20 s traced run of issue 22, ~44 MB of journal, ~1.2 M spans) ──► run dir
     parent ── one child process per (task, implementation), one after another:
-              child: the task, then wall time and resource.getrusage ru_maxrss ──► JSON line
+              child: the task, then wall time and resource.getrusage ru_maxrss (the child's
+              own or its largest child's: a split export's part processes) ──► JSON line
        load       before: frames.spans_frame(read_run(dir))   after: telemetry.load_run(dir)
                   (and after, columns only: load_run(dir, columns=[name, ids, times, status]))
        jaeger     before: json.dumps(render(dir, "jaeger"))  after: faultlab trace export
@@ -108,7 +109,9 @@ def measure(task: str, impl: str, run_dir: Path, out: Path, port: int) -> dict[s
     t0 = time.perf_counter()
     spans = _run_task(task, impl, run_dir, out, port)
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # The larger of this process and its largest child (a split export's part processes).
+    peak = max(resource.getrusage(who).ru_maxrss
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * 1024
     return {"task": task, "impl": impl, "wall_s": wall, "peak_rss": peak, "spans": spans,
             "out_bytes": out.stat().st_size if out.exists() else 0}
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -136,20 +137,23 @@ def _export(run_dir: Path, fmt: str, out: Path | None) -> int:
 
 def _send(run_dir: Path, endpoint: str | None, protocol: str | None) -> int:
     """Replay the run in batches of told traces (``telemetry.stream``): memory stays
-    bounded by a batch and the largest trace; stops at the first refused batch."""
+    bounded by a batch and the largest trace; a long run is sent by one process per CPU
+    (``telemetry.export_parts``), each stopping at its first refused batch."""
     from telemetry.config import Settings
-    from telemetry.otel import base_resource, make_exporter, to_readable_spans
+    from telemetry.exports import PARALLEL_MIN_TRACES
     from telemetry.stream import RunStream
 
     stream = RunStream(run_dir)
     protocol = protocol or Settings.from_env().protocol
-    exporter = make_exporter("otlp", protocol, endpoint)
-    base, resources = base_resource(), {}  # type: ignore[var-annotated]
-    try:
-        sent, ok = _send_batches(exporter, (to_readable_spans(spans, base, resources)
-                                            for spans in stream.traces()))
-    finally:
-        exporter.shutdown()
+    task = functools.partial(_send_part, protocol=protocol, endpoint=endpoint)
+    workers = len(os.sched_getaffinity(0)) if stream.n_traces >= PARALLEL_MIN_TRACES else 1
+    if workers > 1:
+        from telemetry.export_parts import run_in_parts
+
+        results = run_in_parts(stream, task, workers)
+    else:
+        results = [task(stream, 0, 0, stream.n_traces)]
+    sent, ok = sum(r if r >= 0 else -r - 1 for r in results), all(r >= 0 for r in results)
     where = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") \
         or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
     if not ok:
@@ -158,6 +162,22 @@ def _send(run_dir: Path, endpoint: str | None, protocol: str | None) -> int:
     print(f"sent {sent} spans from {len(stream.processes)} processes to {where} ({protocol})",
           file=sys.stderr)
     return 0
+
+
+def _send_part(stream: Any, part: int, start: int, stop: int, *, protocol: str,
+               endpoint: str | None) -> int:
+    """Send traces [start, stop) through an exporter of this process: the spans sent, or
+    -(sent + 1) when a batch was refused."""
+    from telemetry.otel import base_resource, make_exporter, to_readable_spans
+
+    exporter = make_exporter("otlp", protocol, endpoint)
+    base, resources = base_resource(), {}  # type: ignore[var-annotated]
+    try:
+        sent, ok = _send_batches(exporter, (to_readable_spans(spans, base, resources)
+                                            for spans in stream.traces(start, stop)))
+    finally:
+        exporter.shutdown()
+    return sent if ok else -sent - 1
 
 
 def _send_batches(exporter: Any, traces: Iterable[list[Any]]) -> tuple[int, bool]:

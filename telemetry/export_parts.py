@@ -6,6 +6,8 @@ Data flow::
         writer(traces, file) ──► DIR/part-i.json ('{"data":[' + traces + ']}') and its count
     parent: head + the parts' bodies (each without its head and "]}"), comma-joined + "]}"
         ──► out, 1 MiB at a time
+    run_in_parts(stream, task, n): the same fork and join for any task over a range of
+        traces that returns an int (``faultlab trace send``: each part sends its own batches)
 
 Invariants:
 
@@ -19,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import tempfile
 from collections.abc import Callable
@@ -35,12 +38,29 @@ def write_in_parts(
     stream: RunStream, write: Callable[..., int], head: str, out: TextIO, workers: int,
 ) -> int:
     """Write the document of ``stream`` through ``write`` in ``workers`` parts; the count."""
-    bounds = [stream.n_traces * i // workers for i in range(workers + 1)]
-    ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="faultlab-export-") as tmp:
         paths = [Path(tmp) / f"part-{i}.json" for i in range(workers)]
-        procs = [ctx.Process(target=_write_part, name=f"faultlab-export-part-{i}",
-                             args=(stream, write, bounds[i], bounds[i + 1], paths[i]))
+        counts = run_in_parts(stream, functools.partial(_write_part, write=write, paths=paths),
+                              workers)
+        out.write(head)
+        sep = ""
+        for path in paths:
+            if _copy_body(path, len(head), out, sep):
+                sep = ","
+        out.write(TAIL)
+        return sum(counts)
+
+
+def run_in_parts(stream: RunStream, task: Callable[[RunStream, int, int, int], int],
+                 workers: int) -> list[int]:
+    """``task(stream, part, start, stop)`` in ``workers`` forked processes, each over a
+    contiguous range of the stream's traces; the int each returned, in part order."""
+    bounds = [stream.n_traces * i // workers for i in range(workers + 1)]
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory(prefix="faultlab-parts-") as tmp:
+        results = [Path(tmp) / f"part-{i}.result" for i in range(workers)]
+        procs = [ctx.Process(target=_run_part, name=f"faultlab-export-part-{i}",
+                             args=(task, stream, i, bounds[i], bounds[i + 1], results[i]))
                  for i in range(workers)]
         try:
             for proc in procs:
@@ -55,20 +75,18 @@ def write_in_parts(
         failed = [(p.name, p.exitcode) for p in procs if p.exitcode != 0]
         if failed:
             raise RuntimeError(f"export part processes failed (name, exit code): {failed}")
-        out.write(head)
-        sep = ""
-        for path in paths:
-            if _copy_body(path, len(head), out, sep):
-                sep = ","
-        out.write(TAIL)
-        return sum(int(path.with_suffix(".count").read_text()) for path in paths)
+        return [int(path.read_text()) for path in results]
 
 
-def _write_part(stream: RunStream, write: Callable[..., int], start: int, stop: int,
-                path: Path) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        count = write(stream.traces(start, stop), f)
-    path.with_suffix(".count").write_text(str(count))
+def _run_part(task: Callable[[RunStream, int, int, int], int], stream: RunStream, part: int,
+              start: int, stop: int, result: Path) -> None:
+    result.write_text(str(task(stream, part, start, stop)))
+
+
+def _write_part(stream: RunStream, part: int, start: int, stop: int, *,
+                write: Callable[..., int], paths: list[Path]) -> int:
+    with open(paths[part], "w", encoding="ascii") as f:
+        return write(stream.traces(start, stop), f)
 
 
 def _copy_body(path: Path, head: int, out: Any, sep: str) -> bool:

@@ -18,12 +18,14 @@ from typing import Any, ClassVar
 
 import pandas as pd
 import pytest
+from otlp_receivers import HttpReceiver
 
 import telemetry
 from chaos import FaultPlan, KillWorker, run_scenario
 from chaos.workloads import CallSpec, rpc_sequence
 from executor import ExecutorConfig
-from telemetry import assemble, otlp_json
+from faultlab.cli import main
+from telemetry import assemble, exports, otlp_json
 from telemetry.assemble import RecordedSpan, read_run
 from telemetry.exports import render, write_export
 from telemetry.frames import event_rows, spans_frame
@@ -66,6 +68,20 @@ def test_an_export_in_parts_is_the_same_text(killed_run: Path) -> None:
     write_export(killed_run, "otlp-json", parts, workers=2)  # batches differ: compare spans
     assert _otlp_spans(json.loads(parts.getvalue())) == _otlp_spans(
         json.loads(_streamed(killed_run, "otlp-json")))
+
+
+def test_a_send_in_parts_sends_every_span_once(
+    killed_run: Path, http_receiver: HttpReceiver, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    one = io.StringIO()
+    write_export(killed_run, "otlp-json", one, workers=1)
+    doc = json.loads(one.getvalue())
+    monkeypatch.setattr(exports, "PARALLEL_MIN_TRACES", 1)  # forked senders, even here
+    assert main(["trace", "send", str(killed_run), "--endpoint", http_receiver.endpoint,
+                 "--protocol", "http/protobuf"]) == 0
+    expected = sorted(s["spanId"] for rs in doc["resourceSpans"] for ss in rs["scopeSpans"]
+                      for s in ss["spans"])
+    assert sorted(span.span_id.hex() for _, span in http_receiver.spans()) == expected
 
 
 def _otlp_spans(doc: dict[str, Any]) -> list[str]:

@@ -2,12 +2,14 @@
 
 Data flow (one run, nothing leaves the machine):
 
-    EXPORT.json ──► pick the trace (--trace ID, else the earliest trace with an error span)
-        │            and the export's facts: each span's process role/rank/pid, the pids a
-        │            chaos fault acted on (killed, stopped, hung)
+    EXPORT.json ──► pick the trace (--trace ID, else the earliest trace with an error span;
+        │            --failed: each such trace, one browser page each) and the export's
+        │            facts: each span's process role/rank/pid and times, the pids a chaos
+        │            fault acted on (killed, stopped, hung)
         ▼
     loopback HTTP server ◄── Jaeger UI build (static files; page routes fall back to
-        │                    index.html; /api/* answers empty results: no backend)
+        │                    index.html; /api/* answers empty results, a trace
+        │                    by id 404: no backend)
         ▼
     node scripts/jaeger_ui_drive.cjs (playwright-core + Debian's chromium): /search →
         Upload → the trace → screenshots; prints every row's service, name, error icon,
@@ -48,6 +50,8 @@ DRIVER = Path(__file__).with_name("jaeger_ui_drive.cjs")
 BROWSER_TIMEOUT_S = 240  # for one trace
 MAX_TRACES = 12
 EMPTY_API = json.dumps({"data": [], "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
+NOT_FOUND_API = json.dumps({"data": None, "errors": [{"code": 404, "msg": "trace not found"}]}).encode()
+TRACE_BY_ID = re.compile(r"^/api/(v3/)?traces/[0-9a-fA-F]+$")
 FAULT = "chaos.fault"
 DETECTION = "faultlab.detection"
 
@@ -175,6 +179,9 @@ def _handler_for(build: Path) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
+            if TRACE_BY_ID.search(path):  # as a backend without it: a link to another trace
+                self._send(NOT_FOUND_API, "application/json", 404)
+                return
             if path.startswith("/api/"):
                 self._send(EMPTY_API, "application/json")
                 return
@@ -183,8 +190,8 @@ def _handler_for(build: Path) -> type[BaseHTTPRequestHandler]:
                 file = root / "index.html"  # a page route of the single-page app
             self._send(file.read_bytes(), mimetypes.guess_type(file.name)[0] or "application/octet-stream")
 
-        def _send(self, body: bytes, ctype: str) -> None:
-            self.send_response(200)
+        def _send(self, body: bytes, ctype: str, status: int = 200) -> None:
+            self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

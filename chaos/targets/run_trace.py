@@ -15,7 +15,9 @@ Data flow::
     TARGET driver (the driver's pid)
       target.call I: WHAT                    invoke → ok / fail (span.kind client: the story
                                              tells the fault and its detection on a failed
-                                             one), outcome, error type and message
+                                             one), outcome, error type and message; a call
+                                             still in flight when the driver ended is left
+                                             open (truncated, as a killed process's span)
       faultlab.detection                     point: the first error the caller saw, with
                                              faultlab.detection.latency_ms (2 decimals)
     TARGET ROLE [rank N] (each process's pid)
@@ -175,9 +177,8 @@ class _RunTrace:
                 attrs["error.type"] = call.get("type")
             elif call.get("outcome") == "ok":
                 attrs["faultlab.call.value"] = _cut(repr(call.get("value")))
-            if end is None:
-                end = r.driver_end_ns or self.end_ns
-                error = "no reply: still in flight when the driver ended"
+            if end is None:  # left open: read as cut short when its process ended
+                attrs["faultlab.call.note"] = "no reply: still in flight when the driver ended"
             self.calls[call_id] = driver.span(f"target.call {call_id}: {call.get('what')}",
                                               start, end, self.root, attrs, (), error)
 

@@ -19,9 +19,10 @@
 Judging: every invariant of chaos.oracles holds for any workload except "outcome" (the
 outcome table's expectation is written for the suites' workloads: a swarm's ``fail`` calls
 and late sleeps change the observed outcome without breaking anything); the history checker
-adds its classes.  The budget bounds the exploring; shrinking and reproducing a finding are
-bounded on their own (``Limits``).  Processes a broken executor leaves behind are SIGKILLed
-after each run (they are the explore's own children).
+adds its classes; a hang is judged at ``workload_bound_s`` (every call's deadline plus
+slack, in a row), not the suites' minute.  The budget bounds the exploring; shrinking and
+reproducing a finding are bounded on their own (``Limits``).  Processes a broken executor
+leaves behind are SIGKILLed after each run (they are the explore's own children).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import psutil
 from chaos import history, history_check, swarm
 from chaos.coverage import Coverage
 from chaos.faults import fault_from_dict
+from chaos.oracles import Bounds
 from chaos.regressions import append_scenario
 from chaos.runner import run_one, slug
 from chaos.scenario import ScenarioResult
@@ -210,13 +212,20 @@ class Exploration:
 def judge(scenario: Scenario, seed: int, where: Path) -> Verdict:
     """Run ``scenario`` into ``where``; its history and every problem found."""
     started = time.time()
-    result = run_one(scenario, seed, where, scenario.config.get("start_method"))
+    result = run_one(scenario, seed, where, scenario.config.get("start_method"),
+                     Bounds(workload_s=workload_bound_s(scenario)))
     _kill_leftovers(started)
     events = history.build(result.calls, result.trace_dir)
     history.write(where / history.FILE_NAME, events)
     problems = [str(v) for v in result.violations if v.invariant not in IGNORED]
     problems += [str(v) for v in history_check.check(events)]
     return Verdict(result, events, problems)
+
+
+def workload_bound_s(scenario: Scenario) -> float:
+    """When a swarm workload has hung: each call ends by its deadline plus 1 s of slack, one
+    after another at worst (a hung worker), plus 5 s; far below the suites' 60 s."""
+    return sum((c.timeout or 10.0) + 1.0 for c in scenario.calls) + 5.0
 
 
 def candidates(scenario: Scenario, seed: int) -> list[Scenario]:

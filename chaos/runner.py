@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree as ET
 
+from chaos.oracles import Bounds
 from chaos.recovery import RecoveryResult, run_recovery
 from chaos.scenario import ScenarioResult, run_scenario
 from chaos.suites import Scenario, Suite
@@ -30,13 +31,15 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scenario"
 
 
-def run_one(scenario: Scenario, seed: int, out: Path, start_method: str | None = None) -> ScenarioResult:
+def run_one(scenario: Scenario, seed: int, out: Path, start_method: str | None = None,
+            bounds: Bounds | None = None) -> ScenarioResult:
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.json").write_text(json.dumps(
         {"seed": seed, "start_method": start_method, "scenario": scenario.to_dict()}, indent=2))
     return run_scenario(scenario.executor_config(start_method), scenario.build_workload(),
                         scenario.plan(seed), out, name=scenario.name, expected=scenario.expect,
-                        may_not_fire=scenario.may_not_fire, executor_class=scenario.executor_class())
+                        may_not_fire=scenario.may_not_fire, executor_class=scenario.executor_class(),
+                        bounds=bounds)
 
 
 def run_suite(suite: Suite, seed: int, out: Path, progress: Progress | None = None,

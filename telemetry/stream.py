@@ -21,9 +21,10 @@ Invariants:
   set before each record to the journal's running maximum over every record before it.
 - A record whose span has no start record (torn by a kill) belongs to no trace and is
   dropped, as the whole-run decoder drops it.
-- Memory: the index (about 24 bytes per record), one chunk cache per journal
+- Memory: the index (24 bytes per record, numpy), one chunk cache per journal
   (``_CACHE_CHUNKS`` × 256 KiB), the story traces until their turn, and the trace being
-  yielded.  ``RunStream.max_spans_held`` says how many spans it held at once.
+  yielded; while indexing, numpy columns about the size of the journals on disk.
+  ``RunStream.max_spans_held`` says how many spans it held at once.
 - Every fact the story needs lives in a story trace: a fault, a death, a worker's
   death-pipe EOF, a restart (by span name), an RPC that failed (an ERROR status), so a
   trace told alone gets every event and link the whole run would give it.
@@ -124,19 +125,20 @@ class JournalIndex:
     strings: dict[int, str]
     threads: dict[int, str]
     last_ns: int  # the journal's last timestamp (the whole-run decoder's final clock)
-    slots: list[int] = dataclasses.field(default_factory=list)  # grouped by trace, in order
-    clocks: list[int] = dataclasses.field(default_factory=list)  # the clock before each one
-    bounds: list[int] = dataclasses.field(default_factory=list)  # trace k: [bounds[k], [k+1])
+    # numpy arrays (8 bytes an entry, no int objects):
+    slots: np.ndarray  # the records' slots, grouped by trace in output order
+    clocks: np.ndarray  # the decoder's clock before each of them
+    bounds: np.ndarray  # trace k's records: slots[bounds[k]:bounds[k + 1]]
 
     def decode(self, k: int) -> list[RecordedSpan]:
         """The spans of the ``k``-th trace (in output order) in this journal."""
-        a, b = self.bounds[k], self.bounds[k + 1]
+        a, b = self.bounds[k:k + 2].tolist()
         if a == b:
             return []
         decoder = JournalDecoder(self.process)
         decoder.strings, decoder.threads = self.strings, self.threads
         record = self.records.record
-        for slot, clock in zip(self.slots[a:b], self.clocks[a:b], strict=True):
+        for slot, clock in zip(self.slots[a:b].tolist(), self.clocks[a:b].tolist(), strict=True):
             if clock > decoder.last_time_ns:
                 decoder.last_time_ns = clock
             decoder.feed(record(slot))
@@ -205,10 +207,8 @@ class RunStream:
         ``start``-th to the one before ``stop`` when given (the story is the whole run's)."""
         stop = self.n_traces if stop is None else min(stop, self.n_traces)
         story = Story()
-        known = getattr(story, "processes", None)  # the victims' rows: every process
-        if isinstance(known, dict):
-            for jx in self.journals:
-                known.setdefault(jx.process.pid, jx.process)
+        for jx in self.journals:  # a victim's row needs its process, seen or not
+            story.processes.setdefault(jx.process.pid, jx.process)
         held = {k: self._decode(k) for k in self.story_traces}
         story.tell([span for spans in held.values() for span in spans])
         held = {k: spans for k, spans in held.items() if start <= k < stop}
@@ -341,6 +341,5 @@ def _journal_index(
     return JournalIndex(
         process=process, records=records, strings=tables.strings, threads=tables.threads,
         last_ns=int(clock[-1]) if len(clock) else process.created_ns,
-        slots=c.slots[has][order].tolist(), clocks=before[has][order].tolist(),
-        bounds=bounds.tolist(),
+        slots=c.slots[has][order], clocks=before[has][order], bounds=bounds,
     )

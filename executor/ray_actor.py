@@ -17,14 +17,17 @@ Invariants:
   worker's span for that call is written and calls never overlap.
 - The serve loop never ends while the actor lives: if it does (a bug, or a SystemExit the
   worker raised for a signal) the actor's process exits, which the driver sees as a death.
-- Nothing here touches signals, the death pipe or PDEATHSIG: Ray owns the process (it kills
-  the actor when its owner, the driver, dies).
+- SIGTERM and SIGINT end the process at once (Ray's handler waits for the running task, so
+  a worker in a long call would never exit).  Nothing else here touches signals, a death
+  pipe or PDEATHSIG: Ray owns the process (it kills the actor when its owner, the driver,
+  dies).
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -86,6 +89,9 @@ class RayWorkerActor:
             if entry not in sys.path:
                 sys.path.insert(0, entry)
         os.environ.update(environ)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            signal.signal(signal.SIGINT, _exit_on_sigterm)
         self._done: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._inbox = _Inbox(self._done)
         self._forever = threading.Event()
@@ -127,6 +133,13 @@ class RayWorkerActor:
     def watch(self) -> None:
         """Never returns: the driver learns of this actor's death from this call's ref."""
         self._forever.wait()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """Ray's own handler exits only once the running task returns: a worker in a long call
+    would never go (and the driver never learn).  Ours leaves at once, as a local worker
+    does, and the driver sees the death."""
+    os._exit(128 + signum)
 
 
 def _serve(proc: WorkerProc) -> None:

@@ -8,7 +8,9 @@ tensor_parallel_size=2, multi-process executor.
 
 Skipped unless the vLLM venv is installed (scripts/install_vllm_target.sh).  Each engine
 start takes 0.5-2 minutes on two shared cores, so the fault-free test runs its two engines
-side by side and the fault test reuses one engine for its one fault.
+side by side and the fault test reuses one engine for its one fault.  The fault-free test's
+first engine also exports its OpenTelemetry spans to faultlab's loopback OTLP receiver
+(telemetry.otlp_receiver), as the observer sets it up: one llm_request per request.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ import pytest
 
 from chaos.targets.base import WorkloadSpec
 from chaos.targets.protocol import parse
+from chaos.targets.run import otlp_env
 from chaos.targets.vllm_driver import BATCH
 from chaos.targets.vllm_target import TARGET
+from telemetry.otlp_receiver import OtlpReceiver
 
 _MISSING = TARGET.unavailable()
 pytestmark = [
@@ -50,10 +54,10 @@ DIST_ID = re.compile(r"vllm_dist_([0-9a-f]{32})")  # the rendezvous id in the wo
 class DriverRun:
     """One driver subprocess and the events it reported, read by a thread."""
 
-    def __init__(self, spec: WorkloadSpec, out_dir: Path) -> None:
+    def __init__(self, spec: WorkloadSpec, out_dir: Path, env: dict[str, str] | None = None) -> None:
         launch = TARGET.launch(spec, str(out_dir))
         self._stderr = open(out_dir / "driver.stderr", "w")  # noqa: SIM115 - closed in reap()
-        self.proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
+        self.proc = subprocess.Popen(launch.argv, env={**launch.env, **(env or {})}, cwd=launch.cwd,
                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         self.events: list[dict[str, Any]] = []
         self._new: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -183,10 +187,11 @@ def driver_runs(tmp_path: Path) -> Iterator[list[DriverRun]]:
     assert not survivors, f"processes alive after SIGKILL of the tree: {survivors}"
 
 
-def start(runs: list[DriverRun], tmp_path: Path, name: str, spec: WorkloadSpec) -> DriverRun:
+def start(runs: list[DriverRun], tmp_path: Path, name: str, spec: WorkloadSpec,
+          env: dict[str, str] | None = None) -> DriverRun:
     out_dir = tmp_path / name
     out_dir.mkdir()
-    run = DriverRun(spec, out_dir)
+    run = DriverRun(spec, out_dir, env)
     runs.append(run)
     return run
 
@@ -195,7 +200,20 @@ def test_fault_free_runs_report_the_tree_and_generate_the_same_tokens(
     driver_runs: list[DriverRun], tmp_path: Path
 ) -> None:
     spec = WorkloadSpec(calls=3, tokens=32, ranks=2, seed=7)
-    first, second = (start(driver_runs, tmp_path, name, spec) for name in ("a", "b"))
+    with OtlpReceiver() as receiver:
+        first = start(driver_runs, tmp_path, "a", spec, otlp_env(receiver.endpoint))
+        second = start(driver_runs, tmp_path, "b", spec)
+        _check_fault_free(first, second, spec)
+    # vLLM's own spans, as the observer receives them: an llm_request per request of the
+    # workload (and one for the warm-up), sent by the driver process, flushed at its exit.
+    requests = [s for s in receiver.spans() if s.name == "llm_request"]
+    workload = [s for s in requests if s.attributes.get("gen_ai.usage.completion_tokens") == spec.tokens]
+    assert len(workload) == spec.calls * BATCH, [s.attributes for s in requests]
+    assert {s.resource.get("vllm.process_id") for s in requests} == {str(first.proc.pid)}
+    assert receiver.rejected == []
+
+
+def _check_fault_free(first: DriverRun, second: DriverRun, spec: WorkloadSpec) -> None:
     for run in (first, second):
         ready = run.wait_for("ready", READY_BOUND_S)
         roles = {(p["role"], p["rank"]) for p in ready["procs"]}

@@ -36,8 +36,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return  # not an executor test, or one that picks its own start methods
     methods: list[object] = list(START_METHODS)
     if metafunc.definition.get_closest_marker("ray_contract") is not None:
-        methods.append(pytest.param(RAY, marks=pytest.mark.skipif(
-            importlib.util.find_spec("ray") is None, reason="ray is not installed")))
+        methods.append(pytest.param(RAY, marks=[  # the first one starts the cluster: 20-40 s
+            pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed"),
+            pytest.mark.timeout(300)]))
     metafunc.parametrize("start_method", methods, indirect=True)
 
 

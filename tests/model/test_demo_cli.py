@@ -204,3 +204,5 @@ def test_demo_fault_flags_are_checked_before_starting(capsys: pytest.CaptureFixt
     _assert_usage_error(_demo_in_process(capsys, "--fault-rank", "2"), "--fault-rank 2", "0..0")
     _assert_usage_error(_demo_in_process(capsys, "--max-tokens", "4", "--fault-step", "4"),
                         "--fault-step 4")
+    _assert_usage_error(_demo_in_process(capsys, "--backend", "ray", "--fault", "corrupt"),
+                        "--fault corrupt", "--backend ray")

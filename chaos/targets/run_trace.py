@@ -233,7 +233,8 @@ class _RunTrace:
     # ------------------------------------------------------------ the target's own spans
 
     def _target_spans(self, received: Iterable[ReceivedSpan]) -> None:
-        spans = list(received)
+        # An exporter that retries a batch whose reply it lost sends the same spans twice.
+        spans = list({(s.trace_id, s.span_id): s for s in received}.values())
         ids = {s.span_id for s in spans}
         for span in sorted(spans, key=lambda s: s.start_ns):
             parent, how = self._new_parent(span, ids)

@@ -16,6 +16,15 @@ Futures are settled (and their done-callbacks run) only by a thread that holds n
 executor's locks: ``resolve`` marks a call done and queues it; ``settle_resolved`` settles
 queued calls in order once the lock is released.  So a done-callback may call the executor.
 
+Settling in order takes more than an ordered queue: the monitor thread (failing every call
+at a worker's death), the failure thread and the callers all resolve and settle, and a
+thread preempted between taking a call off the queue and settling it let another settle a
+later call first (a SIGKILLed worker under load: futures-then-kill's [order] flake).  So a
+call joins the queue in the same step that marks it done (under ``resolve_lock``: the queue
+is in submission order), and one thread at a time settles (``settle_lock``, re-entrant for
+a done-callback that calls the executor); a waiter whose call is done but not yet settled
+waits for its turn there instead of settling it out of turn.
+
 Invariants:
 - Only the thread holding ``lock`` reads reply queues or pops ``pending``; replies are
   consumed strictly in order, so each future gets exactly its own call's outcome.
@@ -27,6 +36,8 @@ Invariants:
   deadline, ``result(timeout)``) bounds waits made for earlier calls too.
 - A call resolved early (timed out, or failed by the executor) still has its replies read
   when they come, and dropped, so later calls stay in step.
+- Futures settle in submission order, whichever threads resolve and settle them: when a
+  future is settled, every earlier future is.
 
 Interrupts and the collector's lock.  CPython raises a pending KeyboardInterrupt right after
 a call returns (and on backward jumps), so in ``if lock.acquire(t): try: ...`` it can land
@@ -123,8 +134,11 @@ class RpcFuture(Future[Any]):
         call = self.call
         if call is not None and not call.done:
             self._collector.drain_until(call, limit)
-        if call is not None and call.done and not self.done():
-            settle(self, result=call.value, error=call.error)  # resolved, not yet settled
+        # Resolved (maybe by another thread), not yet settled: earlier futures first; settled
+        # here only if it never joined the queue (an interrupt between resolve's two steps).
+        if call is not None and call.done and not self.done() \
+                and self._collector.settle_resolved(limit) and not self.done():
+            settle(self, result=call.value, error=call.error)
 
 
 def _limit(timeout: float | None) -> float:
@@ -166,6 +180,7 @@ class ReplyCollector:
         self._on_resolved = on_resolved
         self._resolved: collections.deque[PendingCall] = collections.deque()  # to settle, in order
         self.resolve_lock = threading.Lock()  # guards every call's done/value/error transition
+        self.settle_lock = threading.RLock()  # one settler at a time: futures settle in order
 
     def drain_until(self, call: PendingCall, limit: float) -> None:
         """Collect replies, oldest call first, until ``call`` resolves or ``limit`` passes."""
@@ -179,7 +194,7 @@ class ReplyCollector:
                 self.lock.release()  # one C call: releases exactly when this thread holds it
             except RuntimeError:
                 pass  # not acquired (limit passed, or interrupted while waiting)
-        self.settle_resolved()
+        self.settle_resolved(limit)
 
     def collect_available(self) -> bool:
         """Collect the replies already there, without waiting; False if none (or busy).
@@ -365,20 +380,45 @@ class ReplyCollector:
             if call.done:
                 return
             call.value, call.error, call.done = result, error, True  # one statement, no call
-        if call.future is not None:
-            self._resolved.append(call)
+            if call.future is not None:  # queued as it is marked done: the queue stays in order
+                self._resolved.append(call)
         self._on_resolved(call, error)
 
-    def settle_resolved(self) -> None:
+    def settle_resolved(self, limit: float = _NO_LIMIT) -> bool:
         """Settle resolved futures in order; the caller holds no executor lock, since their
-        done-callbacks may call the executor."""
+        done-callbacks may call the executor.  Waits until ``limit`` (monotonic; 0: not at
+        all) for a thread that is settling: False if the queue was left to it (it looks
+        again once it lets go, so nothing queued is left behind)."""
         while self._resolved:  # the common case, nothing to settle, raises nothing (~1 µs less)
-            try:
-                call = self._resolved.popleft()
-            except IndexError:  # another thread took the last one
-                return
+            try:  # the acquire is inside the try, as in drain_until
+                if not self._acquire_settle(limit):
+                    return False
+                self._settle_queued()
+            finally:
+                try:
+                    self.settle_lock.release()
+                except RuntimeError:
+                    pass  # not acquired
+        return True
+
+    def _acquire_settle(self, limit: float) -> bool:
+        if limit == _NO_LIMIT:
+            return self.settle_lock.acquire()
+        return self.settle_lock.acquire(timeout=max(0.0, limit - time.monotonic()))
+
+    def _settle_queued(self) -> None:
+        """Settle the queue's calls, oldest first; the caller holds ``settle_lock``.  A call
+        leaves the queue after it is settled (settling twice does nothing): a done-callback
+        that calls the executor settles the next ones itself, on this thread."""
+        resolved = self._resolved
+        while resolved:
+            call = resolved[0]
             assert call.future is not None
+            if failpoints.ACTIVE:
+                failpoints.fire("driver.before_settle", msg_id=call.rpc_id)
             settle(call.future, result=call.value, error=call.error)
+            if resolved and resolved[0] is call:  # a nested settle may have taken it already
+                resolved.popleft()
 
 
 def drop_locals(tb: TracebackType | None) -> None:

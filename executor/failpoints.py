@@ -14,7 +14,9 @@ rank at worker start-up) or through a ``collective_rpc`` callable.
 Points (the phase of the protocol each one sits in):
 
     driver.before_pickle       driver.before_enqueue        driver.after_enqueue
-    driver.before_dequeue      driver.after_dequeue         queue.mid_chunk_write
+    driver.before_dequeue      driver.after_dequeue         driver.before_settle (a
+                               future about to be settled, by whichever thread settles)
+    queue.mid_chunk_write
     queue.before_publish (context: queue, ring, index, msg_id, seq, flags; the chunk's data
                           and meta are written and checksummed but not yet visible)
     queue.after_publish (context: queue, ring, index, msg_id, seq; the chunk is visible)
@@ -39,7 +41,7 @@ WORKER_CALL_POINTS = (
 )
 DRIVER_POINTS = (
     "driver.before_pickle", "driver.before_enqueue", "driver.after_enqueue",
-    "driver.before_dequeue", "driver.after_dequeue",
+    "driver.before_dequeue", "driver.after_dequeue", "driver.before_settle",
 )
 QUEUE_POINTS = ("queue.mid_chunk_write", "queue.before_publish", "queue.after_publish")
 POINTS = frozenset({*DRIVER_POINTS, *QUEUE_POINTS, *WORKER_CALL_POINTS, "worker.death_pipe"})

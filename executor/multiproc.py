@@ -228,6 +228,7 @@ class MultiprocExecutor:
         collector = getattr(self, "_collector", None)
         if collector is not None:
             locks["resolve_lock"] = collector.resolve_lock
+            locks["settle_lock"] = collector.settle_lock
         return locks
 
     def register_failure_callback(self, callback: FailureCallback) -> None:
@@ -284,12 +285,15 @@ class MultiprocExecutor:
     ) -> Any:
         """Run ``method`` on every worker; see docs/design.md, section 1, for the whole contract."""
         self._check_owner()
-        self._check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator)
         try:
+            self._check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator)
             call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
                                 aggregator, non_block)
+        except ExecutorFailedError:
+            self._refuse_after_failure(timeout)
+            raise
         finally:
-            self._collector.settle_resolved()  # what relieving the queue resolved, lock-free
+            self._collector.settle_resolved(0.0)  # what relieving the queue resolved, lock-free
         if non_block:
             return call.future
         try:
@@ -300,6 +304,13 @@ class MultiprocExecutor:
         if not call.done:  # an earlier call held us up past our own deadline
             self._collector.resolve(call, self._collector.timeout_error(call, call.ranks[0]))
         return call.outcome()
+
+    def _refuse_after_failure(self, timeout: float | None) -> None:
+        """A call refused because the executor failed comes after every earlier call: their
+        futures fail first (the monitor thread may still be failing them), in order."""
+        self._collector_fail_all()
+        limit = float("inf") if timeout is None else time.monotonic() + timeout
+        self._collector.settle_resolved(limit)
 
     def shutdown(self) -> None:
         """Stop every worker (grace, SIGTERM, SIGKILL) and release everything; idempotent.
@@ -576,7 +587,7 @@ class MultiprocExecutor:
         self._res.shutdown()
         collector = getattr(self, "_collector", None)
         if collector is not None:
-            collector.settle_resolved()
+            collector.settle_resolved(0.0)  # a thread already settling settles them all
         self._run_callbacks()
 
     def _collector_fail_all(self) -> None:

@@ -193,7 +193,7 @@ class CorruptQueue(Fault):
     clear_written / all_ff hit a chunk just after it was published (its written flag cleared,
     or every metadata byte set to 0xFF): fatal, detected against the published seq, which
     also claims the next message, so readers that took the chunk before the damage landed
-    see it too.
+    see it too, or, if none looks before the next message, the writer does then.
     """
 
     kind: ClassVar[str] = "corrupt_queue"

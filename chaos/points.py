@@ -101,7 +101,9 @@ def damage_chunk(ring: ShmRingBuffer, index: int, mode: str) -> None:
     A chunk damaged after it was published (``AFTER_PUBLISH``) may already have been taken
     by every reader, which then never looks at it again; the header also claims the next
     message published, so a reader that took it finds the next one published but not
-    written: the same damage, seen whichever side of the race the readers were on."""
+    written: the same damage, seen whichever side of the race the readers were on.  When
+    every reader took the chunk and none looks again before the next message, that publish
+    would overwrite the claim unseen: the writer checks the header first and sees it."""
     meta = ChunkMeta(ring.buf, ring.metas[index])
     DAMAGE[mode](meta, ring.buf, ring.datas[index], ring.spec.n_chunks)
     if mode in AFTER_PUBLISH:

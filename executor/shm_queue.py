@@ -29,7 +29,10 @@ Invariants:
 - Every byte of chunk metadata is checked.  ``meta_crc`` covers seq, msg_id, total, length
   and flags.  The ``written`` flag is cross-checked against ``published``: a chunk whose
   sequence number was published but does not read as written and in sequence is damaged
-  (a reader never waits forever on it).  A read flag is cross-checked against the reader's
+  (a reader never waits forever on it).  ``published`` has one writer, which checks it
+  before each message: a header that claims more (or less) than it published is damage,
+  also when every reader took the chunk before the damage landed and would never look
+  (the next publish would overwrite the claim unseen).  A read flag is cross-checked against the reader's
   ``progress``: a flag that says "unread" for a chunk its reader has passed is damaged (the
   writer never blames a healthy reader).  Damaged metadata is fatal,
   since the reader no longer knows where messages start.  ``data_crc`` covers a chunk's
@@ -118,6 +121,8 @@ class QueueWriter:
             self._woke.asleep = False
         if self._publishing is not None:
             self._finish_publish()
+        if _U64.unpack_from(self.ring.buf, _PUBLISHED)[0] != self._seq - 1:
+            raise self._header_damaged()
         if self._aborted is not None:
             self._publish_abort(deadline)
         total = 0
@@ -254,6 +259,14 @@ class QueueWriter:
             self._published(index, msg_id)
         else:
             self._publish(*self._publishing)
+
+    def _header_damaged(self) -> QueueCorruptedError:
+        published = _U64.unpack_from(self.ring.buf, _PUBLISHED)[0]
+        return QueueCorruptedError(
+            f"queue {self.spec.name}, writer: the header says seq {published} was published, "
+            f"but this writer published up to seq {self._seq - 1}; the shared-memory ring is "
+            "damaged and cannot be trusted"
+        )
 
     def _wake_readers(self) -> None:
         sleeping = self.ring.flags

@@ -186,3 +186,18 @@ def test_a_cleared_read_flag_of_a_reader_that_read_is_damage_not_a_full_queue(ri
     writer.ring.buf[writer.ring.metas[0] + 48 + 1] = 0  # reader 1 read chunk 0; its flag says not
     with pytest.raises(QueueCorruptedError, match="reader 1 has read seq 1"):
         writer.write(4, [b"b"], time.monotonic() + 5)
+
+
+def test_a_written_flag_cleared_after_every_reader_took_the_chunk_is_caught_by_the_writer(ring) -> None:  # type: ignore[no-untyped-def]
+    """Chaos's clear_written when every reader took the chunk before the damage landed and
+    looks again only after the next publish (smoke's clear-rpc-written-flag flake under
+    load): the header's claim of one more message published would be overwritten unseen."""
+    from chaos.points import damage_chunk
+
+    writer, readers = ring
+    for msg_id in (1, 2):
+        writer.write(msg_id, [b"m"], time.monotonic() + 1)
+        assert _read(readers[0]) == (msg_id, b"m") and _read(readers[1]) == (msg_id, b"m")
+    damage_chunk(writer.ring, 1, "clear_written")  # seq 2's chunk; the header now claims seq 3
+    with pytest.raises(QueueCorruptedError, match="writer: the header says seq 3 was published"):
+        writer.write(3, [b"next"], time.monotonic() + 1)

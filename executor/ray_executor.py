@@ -248,9 +248,15 @@ class RayExecutor:
         self._check_owner()
         check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator,
                    self.config.world_size)
-        self._raise_failure()
-        call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
-                            aggregator, non_block)
+        try:
+            self._raise_failure()
+            call = self._submit(method, timeout, tuple(args), dict(kwargs or {}),
+                                unique_reply_rank, aggregator, non_block)
+        except ExecutorFailedError:  # refused after a failure: earlier futures fail first
+            self._fail_pending()
+            self._collector.settle_resolved(
+                float("inf") if timeout is None else time.monotonic() + timeout)
+            raise
         if non_block:
             return call.future
         try:
@@ -412,7 +418,7 @@ class RayExecutor:
 
     def _after_failure(self) -> None:
         self._stop_group()
-        self._collector.settle_resolved()
+        self._collector.settle_resolved(0.0)  # a thread already settling settles them all
         self._run_callbacks()
 
     def _stop_group(self) -> None:
@@ -430,7 +436,7 @@ class RayExecutor:
             return
         for call in list(collector.pending):
             collector.resolve(call, failure.again())
-        collector.settle_resolved()
+        collector.settle_resolved(0.0)  # never wait here: the caller may hold the collector's lock
 
     def _run_callbacks(self) -> None:
         with self._state_lock:

@@ -6,7 +6,7 @@ and replays exactly from its seed (FoundationDB's BUGGIFY, for our fault kinds).
         sites:       every (kind, phase, variant) of SITES, each on with ACTIVE_P (1/4)
         firing:      each active site fires with a probability drawn from FIRE_P, per call
                      of the method it watches (FaultPlan draws the call numbers from the seed);
-                     what surrounds the driver (TIMED) fires once, at a time drawn in 0-0.4 s
+                     what surrounds the driver (TIMED) fires once, in the first 0.15 s
         faults:      at most MAX_FAULTS of the active sites, each on a drawn rank
         calls:       3 .. MAX_CALLS calls with deadlines (echo with unique payloads, sleeps
                      slower or faster than their deadline, get_rank, fail), some non_block;
@@ -132,7 +132,7 @@ def draw(seed: int) -> Swarm:
 def _fault(rng: random.Random, site: dict[str, Any], p: float, calls: tuple[CallSpec, ...]) -> Fault:
     rank = rng.randrange(WORLD_SIZE)
     if site["kind"] in TIMED:
-        return fault_from_dict({**site, "rank": rank, "at": [0.0, 0.4]})
+        return fault_from_dict({**site, "rank": rank, "at": [0.0, 0.15]})
     methods = sorted({c.method for c in calls})
     watched = "*" if rng.random() < 0.5 else rng.choice(methods)  # a workload has ~7 calls
     return fault_from_dict({**site, "rank": rank, "probability": p, "calls_of": watched})

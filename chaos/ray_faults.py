@@ -7,6 +7,7 @@
            once; after shutdown no actor process is alive ─► a broken node is replaced
     driver_death_orphans(cluster): a driver in a child process, SIGKILLed with a call in
         flight ─► the actor processes that outlive it (Ray's owner death must take them all)
+    free_cpus(cluster, want): the CPUs free again afterwards (its placement group released)
 
 A row of ``RayFaultOutcome`` reads like a chaos target's row (fault, detected, latency,
 cause named, orphans, violations).  The cluster is an ``executor.ray_cluster.LocalRayCluster``:
@@ -171,6 +172,31 @@ def driver_death_orphans(cluster: Any, within_s: float = ACTORS_GONE_S) -> tuple
         if driver.stdout is not None:
             driver.stdout.close()
     return pids, _alive_after(pids, within_s)
+
+
+_FREE_CPUS = """
+import sys, time
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+want, deadline = float(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+free = ray.available_resources().get("CPU", 0.0)
+while free < want and time.monotonic() < deadline:
+    time.sleep(0.2)
+    free = ray.available_resources().get("CPU", 0.0)
+print(free, flush=True)
+"""
+
+
+def free_cpus(cluster: Any, want: float, within_s: float = ACTORS_GONE_S) -> float:
+    """The cluster's free CPUs once ``want`` are free again or ``within_s`` passed (asked from
+    a fresh driver): a dead driver's placement groups and actors must give theirs back."""
+    from executor.ray_cluster import RAY_ENV
+
+    env = {**os.environ, **RAY_ENV}
+    out = subprocess.run([sys.executable, "-c", _FREE_CPUS, cluster.address, str(want),
+                          str(within_s)], capture_output=True, text=True, env=env,
+                         timeout=within_s + 120)
+    return float(out.stdout.split()[-1]) if out.returncode == 0 and out.stdout.split() else -1.0
 
 
 def _alive_after(pids: list[int], wait_s: float) -> list[int]:

@@ -6,7 +6,8 @@ hits a call in flight, which must fail with ExecutorFailedError naming what died
     term_actor    SIGTERM rank 1's actor process       ExecutorFailedError: rank, pid, node
     kill_raylet   SIGKILL node1's raylet (node death)  ExecutorFailedError: rank, "node1 ... died"
     stop_node     SIGSTOP every process of node1       ExecutorFailedError: rank, "node1 ... died"
-    driver death  SIGKILL a driver (child process)     its actors gone (owner death), nodes stay
+    driver death  SIGKILL a driver (child process)     its actors gone (owner death), its CPUs
+                                                       free again, the nodes stay
     demo kill     SIGKILL rank 1, --backend ray        restart; the tokens of the shm run
     traces        one traced call                      worker spans are the RPC span's children
 
@@ -27,7 +28,7 @@ from typing import Any
 import leaks
 import pytest
 
-from chaos.ray_faults import RAY_FAULTS, driver_death_orphans, run_ray_fault
+from chaos.ray_faults import RAY_FAULTS, driver_death_orphans, free_cpus, run_ray_fault
 from executor import ExecutorConfig
 
 pytestmark = [
@@ -50,6 +51,7 @@ def test_the_driver_s_death_takes_its_actors_but_not_the_nodes(ray_cluster: Any)
     pids, orphans = driver_death_orphans(ray_cluster)
     assert len(pids) == 2 and orphans == [], "actors outlived their driver (owner death)"
     assert all(node.raylet() is not None for node in ray_cluster.nodes)
+    assert free_cpus(ray_cluster, 4.0) == 4.0, "the dead driver's placement group kept its CPUs"
 
 
 def _demo(*args: str) -> dict[str, Any]:

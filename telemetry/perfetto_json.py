@@ -237,9 +237,8 @@ class PerfettoWriter:
         return events
 
     def _write(self, events: list[dict[str, Any]]) -> None:
-        if events:  # one write per trace
-            self.out.write(self._sep + ",".join(json.dumps(e, separators=(",", ":"))
-                                                for e in events))
+        if events:  # one write and one encoder call per trace: the list's text, unbracketed
+            self.out.write(self._sep + json.dumps(events, separators=(",", ":"))[1:-1])
             self._sep = ","
 
 

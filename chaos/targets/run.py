@@ -99,6 +99,13 @@ class TargetRecord:
         return record
 
 
+def _since(event: dict[str, Any]) -> float:
+    """The monotonic moment the driver wrote ``event`` (a loaded machine may have the observer
+    read it late: a fault's delay counts from the driver's moment, not from the reading)."""
+    lag_s = max(0.0, (event["rt"] - event["t"]) / 1e9) if isinstance(event.get("t"), int) else 0.0
+    return time.monotonic() - lag_s
+
+
 class EventReader:
     """Protocol events from the driver's stdout: a non-blocking fd, waited on with poll."""
 
@@ -230,7 +237,7 @@ class TargetRun:
         self._scanner = procs.Scanner(self._tree, _SCAN_EVERY_S)
         self._scanner.start()
         if self.scenario.after_invoke is None and not self._idle_kill():
-            self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+            self._due = _since(event) + self.scenario.fault_delay_s(self.seed)
 
     def _idle_kill(self) -> bool:
         """kill_driver with the workers idle: its clock starts at ``done``, nowhere else."""
@@ -282,7 +289,7 @@ class TargetRun:
             self._invokes += 1
             if (self.scenario.after_invoke == self._invokes and self._due is None
                     and not self._idle_kill()):
-                self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+                self._due = _since(event) + self.scenario.fault_delay_s(self.seed)
         elif kind in ("ok", "fail") and isinstance(call_id, int):
             call = self.record.calls.setdefault(call_id, {"invoke_ns": None})
             call.update(end_ns=event["t"], outcome=kind)
@@ -294,7 +301,7 @@ class TargetRun:
         elif kind == "done":
             self.record.done_ns, self._done_mono = event["t"], time.monotonic()
             if self._idle_kill():
-                self._due = time.monotonic() + self.scenario.fault_delay_s(self.seed)
+                self._due = _since(event) + self.scenario.fault_delay_s(self.seed)
 
     # ------------------------------------------------------------ the fault
 

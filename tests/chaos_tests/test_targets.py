@@ -373,3 +373,16 @@ def test_a_target_sets_only_settings_the_observer_reads(name: str) -> None:
            for k, v in vars(klass).items() if not k.startswith("_") and not callable(v)
            and not isinstance(v, (property, staticmethod, classmethod))}
     assert own <= declared, f"{cls.__name__} sets {sorted(own - declared)}, which Target does not declare"
+
+
+def test_a_faults_delay_counts_from_when_the_driver_wrote_its_trigger() -> None:
+    """An observer that reads an invoke 0.8 s late (a loaded machine) must not add those 0.8 s
+    to the fault's delay: mid-work faults would land after the work."""
+    import time as clock
+
+    from chaos.targets.run import _since
+
+    now_ns = clock.time_ns()
+    late = _since({"ev": "invoke", "t": now_ns - 800_000_000, "rt": now_ns})
+    assert 0.75 < clock.monotonic() - late < 0.9
+    assert abs(_since({"ev": "invoke", "t": now_ns, "rt": now_ns}) - clock.monotonic()) < 0.05

@@ -27,6 +27,17 @@ _ray_cluster: list[object] = []  # the session's LocalRayCluster, once started
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ray_contract: also run the test against RayExecutor")
+    config.addinivalue_line("markers", "xdist_group(name): run the group on one xdist worker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For ``pytest -n 2 --dist loadgroup`` (the README's test command): a module's tests stay
+    on one worker, so its module-scoped runs (a vLLM engine, a traced demo) happen once, and
+    every RayExecutor test goes to one worker, so one Ray cluster serves them all."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        on_ray = params is not None and params.params.get("start_method") == RAY
+        item.add_marker(pytest.mark.xdist_group("ray" if on_ray else item.nodeid.split("::")[0]))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -54,7 +54,8 @@ def render(run_dir: str | Path, fmt: str = DEFAULT_FORMAT) -> dict[str, Any]:
     from telemetry.assemble import read_run
 
     convert = converter(fmt)  # an unknown format fails before the run is read
-    return convert(read_run(Path(run_dir)))
+    doc: dict[str, Any] = convert(read_run(Path(run_dir)))
+    return doc
 
 
 def write_export(

@@ -38,7 +38,7 @@ def _hex_ids(obj: dict[str, Any]) -> None:
 
 def to_otlp_json(spans: list[RecordedSpan]) -> dict[str, Any]:
     request = encode_spans(to_readable_spans(spans))
-    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
+    doc: dict[str, Any] = json_format.MessageToDict(request, use_integers_for_enums=True)
     for resource_spans in doc.get("resourceSpans", []):
         for scope_spans in resource_spans.get("scopeSpans", []):
             for span in scope_spans.get("spans", []):

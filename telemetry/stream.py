@@ -42,7 +42,8 @@ import numpy as np
 
 from telemetry import journal as j
 from telemetry.assemble import JournalDecoder, ProcessInfo, RecordedSpan
-from telemetry.story import DEATHS, FAULT, RESTART, STOPPED, Story
+from telemetry.failure_marks import FAULT
+from telemetry.story import DEATHS, RESTART, STOPPED, Story
 
 STORY_NAMES = frozenset({FAULT, STOPPED, RESTART, *DEATHS})
 _CHUNK_BITS = 12  # records read per pread in pass 2: 4096 slots, 256 KiB

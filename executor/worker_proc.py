@@ -287,13 +287,24 @@ class WorkerProc:
             self._send(msg_id, kind, value)
 
     def _reply_loop(self) -> None:
+        """Async scheduling: replies leave from this thread.  What would end a sync worker's
+        serve loop ends the process here too (a thread's exit alone would leave the driver
+        waiting for replies that never come); the journal is crash-safe, so os._exit loses
+        no span."""
         assert self._replies is not None
         while True:
             msg_id, kind, value = self._replies.get()
             try:
                 self._send(msg_id, kind, value)
-            except BaseException:  # noqa: BLE001 - the main loop sees the same EOF and leaves
-                return
+            except (_Leave, SystemExit):
+                return  # the death pipe's EOF or a signal: the main thread leaves too
+            except QueueCorruptedError as exc:
+                self._send_fatal(exc)
+                report_exit_cause(self.exit_pipe, EXIT_QUEUE_CORRUPTED)
+                os._exit(EXIT_QUEUE_CORRUPTED)
+            except BaseException:  # as an uncaught error ends a sync worker
+                log.exception("worker %d: sending the reply to message %d failed", self.rank, msg_id)
+                os._exit(1)
 
     def _send(self, msg_id: int, kind: int, value: Any) -> None:
         try:

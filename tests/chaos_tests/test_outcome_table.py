@@ -12,7 +12,7 @@ import time
 import pytest
 from helpers import real_violations
 
-from chaos import TABLE, FaultPlan, Outcome, run_scenario
+from chaos import TABLE, CorruptQueue, FaultPlan, Outcome, RaiseInWorker, run_scenario
 from chaos.outcomes import config_for
 from chaos.points import AFTER_PUBLISH, damage_chunk
 from chaos.workloads import standard
@@ -73,3 +73,20 @@ def test_after_publish_damage_is_seen_even_by_readers_that_took_the_chunk(mode: 
     finally:
         del writer, readers
         ring.close()
+
+
+@pytest.mark.parametrize("fault", [
+    RaiseInWorker(rank=1, on_call=("sleep", 1), phase="before_reply"),
+    CorruptQueue(rank=1, on_call=("sleep", 1), queue="reply", mode="clobber_flags"),
+], ids=["raise-before-reply", "clobber-reply-flags"])
+def test_a_reply_that_cannot_be_sent_under_async_scheduling_fails_fast(fault, tmp_path):
+    """With async scheduling, replies leave from the worker's reply thread: what ends the serve
+    loop in a sync worker (an error while sending a reply, a damaged reply queue) must end the
+    worker there too, never leave the driver waiting for replies that never come."""
+    cfg = ExecutorConfig(tensor_parallel_size=2, start_method="fork", async_scheduling=True,
+                         **config_for(fault))
+    result = run_scenario(cfg, standard, FaultPlan([fault], seed=5), tmp_path,
+                          expected=Outcome.FAIL_FAST)
+    assert result.faults, f"{fault} never fired"
+    assert result.outcome == Outcome.FAIL_FAST, (result.outcome, result.violations)
+    assert result.detection_latency_s is not None and result.detection_latency_s < 3.0

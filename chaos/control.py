@@ -44,7 +44,8 @@ class ControlDir:
 
     def armed(self, index: int, msg_id: int | None) -> dict[str, Any] | None:
         try:
-            return json.loads(self._arm_path(index, msg_id).read_text() or "{}")
+            armed: dict[str, Any] = json.loads(self._arm_path(index, msg_id).read_text() or "{}")
+            return armed
         except (FileNotFoundError, ValueError):
             return None
 

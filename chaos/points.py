@@ -53,7 +53,8 @@ class PointDispatcher:
         return info
 
 
-def _record(r: ResolvedFault, rank: int | None, pid: int, msg_id: Any, info: dict) -> dict:
+def _record(r: ResolvedFault, rank: int | None, pid: int, msg_id: Any,
+            info: dict[str, Any]) -> dict[str, Any]:
     f = r.fault
     return {"index": r.index, "kind": f.kind, "rank": f.rank if rank is None else rank,
             "pid": pid, "phase": f.phase, "msg_id": msg_id, "call": info.get("call"),
@@ -187,7 +188,8 @@ def _role_of(f: Any) -> str:
     return "driver" if rpc else "worker"
 
 
-def faults_for(resolved: list[ResolvedFault], role: str, rank: int | None) -> dict[str, list]:
+def faults_for(resolved: list[ResolvedFault], role: str,
+               rank: int | None) -> dict[str, list[Any]]:
     """The internal faults this process must run, grouped by failpoint."""
     points: dict[str, list[ResolvedFault]] = defaultdict(list)
     for r in resolved:

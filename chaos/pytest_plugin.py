@@ -242,7 +242,8 @@ def properties(result: Any, seed: int, out: Path) -> list[tuple[str, object]]:
 
 def _value(outcome: Any) -> str | None:
     """An Outcome's value; target results carry it as a string already."""
-    return getattr(outcome, "value", outcome)
+    value = getattr(outcome, "value", outcome)
+    return None if value is None else str(value)
 
 
 def failure_report(case: Case, result: AnyResult, seed: int, out: Path, options: Options) -> str:

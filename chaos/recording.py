@@ -73,7 +73,7 @@ def _short(value: Any) -> str:
 def expected_result(method: Any, args: tuple[Any, ...], reply_rank: int | None,
                     world_size: int, pids: list[int]) -> Any:
     """The right result of an EchoWorker call, or UNKNOWN."""
-    per_rank = {
+    per_rank: Callable[[int], Any] | None = {
         "echo": lambda r: args[0] if args else UNKNOWN,
         "sleep": lambda r: args[0] if args else UNKNOWN,
         "get_rank": lambda r: r,

@@ -71,7 +71,8 @@ class Scenario:
         if self.workload in BUILTIN:
             return BUILTIN[self.workload]
         module, _, attr = self.workload.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        workload: Workload = getattr(importlib.import_module(module), attr)
+        return workload
 
     def executor_class(self) -> type:
         if not self.executor:

@@ -342,7 +342,7 @@ class MemoryWatch:
     @property
     def growth(self) -> int:
         """Bytes the peak rose above the resident size at the start."""
-        return self.peak - self.baseline
+        return int(self.peak - self.baseline)
 
     def _sample(self) -> None:
         while not self._done.is_set():

@@ -83,7 +83,7 @@ SITES: tuple[dict[str, Any], ...] = tuple(_sites())
 def site_name(site: dict[str, Any]) -> str:
     """"kill_worker@before_reply", "corrupt_queue@rpc/flip_payload", ..."""
     extra = [str(site[k]) for k in ("phase", "queue", "mode") if k in site]
-    return site["kind"] + ("@" + "/".join(extra) if extra else "")
+    return str(site["kind"]) + ("@" + "/".join(extra) if extra else "")
 
 
 _SITE_KEYS = {site["kind"]: tuple(k for k in ("phase", "queue", "mode") if k in site) for site in SITES}

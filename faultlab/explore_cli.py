@@ -50,7 +50,7 @@ def mutant(text: str) -> str:
     return text
 
 
-def configure(sub: argparse._SubParsersAction) -> None:
+def configure(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     explore = sub.add_parser(
         "explore", help="search the fault space with swarm scenarios for a time budget",
         description="Runs swarm scenarios (a seed switches fault sites on) until --budget ends; "

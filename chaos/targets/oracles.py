@@ -71,7 +71,7 @@ def detection_latency_s(record: TargetRecord) -> float | None:
     fault_ns, errors = record.fault_ns(), caller_errors(record)
     if fault_ns is None or not errors:
         return None
-    return (errors[0]["t"] - fault_ns) / 1e9
+    return float((errors[0]["t"] - fault_ns) / 1e9)
 
 
 def cause_named(record: TargetRecord) -> str:

@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     pw.run_calls(spec, reporter, lambda index: run_call(pool, spec, index))
     reporter.done()
     pw.linger(spec)
-    pool.close()
+    pool.close()  # type: ignore[no-untyped-call]
     pool.join()
     return 0
 

@@ -197,7 +197,7 @@ def _is_marked(proc: psutil.Process, marker: str, session: int | None) -> bool:
                 return True
         except OSError:
             pass
-    return proc.environ().get(MARKER_ENV) == marker
+    return bool(proc.environ().get(MARKER_ENV) == marker)
 
 
 def kill_marked(marker: str, session: int | None = None, wait_s: float = 5.0) -> list[psutil.Process]:

@@ -283,5 +283,5 @@ def _extent(record: TargetRecord) -> tuple[int, int]:
 
 
 def _cut(text: Any, limit: int = 500) -> str:
-    text = "" if text is None else str(text)
-    return text if len(text) <= limit else text[:limit] + "..."
+    out = "" if text is None else str(text)
+    return out if len(out) <= limit else out[:limit] + "..."

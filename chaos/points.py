@@ -21,6 +21,7 @@ from typing import Any
 
 from chaos import surroundings
 from chaos.control import ENV_VAR, ControlDir
+from chaos.faults import CorruptQueue, Fault, HangWorker, RaiseInWorker, SlowWorker
 from chaos.plan import ResolvedFault
 from executor import failpoints
 from executor.shm_queue import ChunkMeta, ShmRingBuffer
@@ -69,30 +70,30 @@ def act(r: ResolvedFault, ctx: dict[str, Any]) -> None:
     ACTIONS[r.fault.kind](r.fault, ctx)
 
 
-def _kill_self(fault: Any, ctx: dict[str, Any]) -> None:
+def _kill_self(fault: Fault, ctx: dict[str, Any]) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(10)  # SIGKILL is delivered before this returns in practice
 
 
-def _term_self(fault: Any, ctx: dict[str, Any]) -> None:
+def _term_self(fault: Fault, ctx: dict[str, Any]) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the worker's handler raises SystemExit here
 
 
-def _block(fault: Any, ctx: dict[str, Any]) -> None:
+def _block(fault: HangWorker, ctx: dict[str, Any]) -> None:
     end = time.monotonic() + (fault.duration if fault.duration is not None else 1e9)
     while (left := end - time.monotonic()) > 0:
         time.sleep(min(left, 0.5))  # SIGTERM still raises SystemExit between sleeps
 
 
-def _slow(fault: Any, ctx: dict[str, Any]) -> None:
+def _slow(fault: SlowWorker, ctx: dict[str, Any]) -> None:
     time.sleep(fault.delay)
 
 
-def _raise(fault: Any, ctx: dict[str, Any]) -> None:
+def _raise(fault: RaiseInWorker, ctx: dict[str, Any]) -> None:
     raise RuntimeError(f"{fault.message} (rank {ctx.get('rank')}, phase {fault.phase})")
 
 
-def _corrupt(fault: Any, ctx: dict[str, Any]) -> None:
+def _corrupt(fault: CorruptQueue, ctx: dict[str, Any]) -> None:
     damage_chunk(ctx["ring"], ctx["index"], fault.mode)
 
 
@@ -111,38 +112,38 @@ def damage_chunk(ring: ShmRingBuffer, index: int, mode: str) -> None:
         ring.overstate_published()
 
 
-def _flip_payload(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _flip_payload(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     if meta.read()["length"] > 0:
         buf[data] ^= 0xFF
 
 
-def _truncate(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _truncate(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     length = meta.read()["length"]
     meta.write(length=max(0, length - 1), reseal=True)  # only the payload checksum can tell
 
 
-def _clobber_seq(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _clobber_seq(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     meta.write(seq=0xFFFF_FFFF, reseal=False)
 
 
-def _clobber_flags(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _clobber_flags(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     meta.write(flags=meta.read()["flags"] ^ ChunkMeta.FIRST, reseal=False)
 
 
-def _overwrite_unread(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _overwrite_unread(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     meta.write(seq=meta.read()["seq"] + n_chunks, reseal=True)  # as if the writer lapped the reader
 
 
-def _drop(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _drop(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     flags = meta.read()["flags"] & ~(ChunkMeta.FIRST | ChunkMeta.LAST)
     meta.write(flags=flags | ChunkMeta.ABORT | ChunkMeta.LAST, reseal=True)
 
 
-def _clear_written(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _clear_written(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     meta.written = 0  # after publish: a reader waiting for this chunk must not wait forever
 
 
-def _all_ff(meta: ChunkMeta, buf: Any, data: int, n_chunks: int) -> None:
+def _all_ff(meta: ChunkMeta, buf: memoryview, data: int, n_chunks: int) -> None:
     size = ChunkMeta.SIZE_WITH_FIRST_READ_FLAG
     buf[meta.meta : meta.meta + size] = b"\xff" * size
 
@@ -163,7 +164,7 @@ _INTERRUPTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "mid_request": surroundings.interrupt_self, "before_unpickle_reply": surroundings.interrupt_self,
     "mid_reply": surroundings.interrupt_driver_from_worker,
 }
-DAMAGE: dict[str, Callable[[ChunkMeta, Any, int, int], None]] = {
+DAMAGE: dict[str, Callable[[ChunkMeta, memoryview, int, int], None]] = {
     "flip_payload": _flip_payload, "truncate": _truncate, "clobber_seq": _clobber_seq,
     "clobber_flags": _clobber_flags, "overwrite_unread": _overwrite_unread, "drop": _drop,
     "clear_written": _clear_written, "all_ff": _all_ff,
@@ -180,7 +181,7 @@ def point_of(r: ResolvedFault) -> str:
     return f"worker.{f.phase}"
 
 
-def _role_of(f: Any) -> str:
+def _role_of(f: Fault) -> str:
     """The process an internal fault runs in: "driver" or "worker" (of ``f.rank``)."""
     if f.kind == "interrupt_driver":
         return _INTERRUPT_POINTS[f.phase][0]

@@ -9,6 +9,7 @@ every executor a test made must be gone once it is shut down.
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,6 +72,16 @@ def session_ray_cluster() -> object:
         for node in cluster.nodes:
             leaks.exempt_tree(node.keeper.pid)
     return _ray_cluster[0]
+
+
+@pytest.fixture(autouse=True)
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    """A test's SIGINT raises KeyboardInterrupt, as in a plain Python process: pytest-xdist's
+    workers ignore SIGINT (the controller owns Ctrl-C), which would leave the interrupt tests
+    testing nothing."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, saved)
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,8 @@ def exempt_tree(pid: int) -> None:
     _EXEMPT_ROOTS.add(pid)
 
 
-def _exempt() -> set[int]:
+def session_pids() -> set[int]:
+    """The session's own infrastructure now: every process of an exempt tree."""
     pids = set()
     for root in _EXEMPT_ROOTS:
         try:
@@ -44,7 +45,7 @@ def children() -> list[psutil.Process]:
     found = resources.child_processes(include_zombies=False)
     if not _EXEMPT_ROOTS:
         return found
-    exempt = _exempt()
+    exempt = session_pids()
     return [p for p in found if p.pid not in exempt]
 
 

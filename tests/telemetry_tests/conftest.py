@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import leaks
 import psutil
 import pytest
 from otlp_receivers import GrpcReceiver, HttpReceiver
@@ -33,7 +34,9 @@ def clean_telemetry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     telemetry.shutdown()
     for child in multiprocessing.active_children():
         child.join(5)
-    leftover = [p for p in psutil.Process().children(recursive=True) if _is_ours(p)]
+    session = leaks.session_pids()  # a Ray cluster the session started for other tests
+    leftover = [p for p in psutil.Process().children(recursive=True)
+                if _is_ours(p) and p.pid not in session]
     assert not leftover, f"child processes left behind: {leftover}"
     # Other suites may run beside this one: count only entries named after this process.
     new = set(os.listdir("/dev/shm")) - shm_before

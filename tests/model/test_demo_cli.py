@@ -14,16 +14,18 @@ import psutil
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# An unusual seed marks this test's processes, to find any orphaned worker afterwards
-# (an orphan is re-parented to init, so it is no longer our child).
 SEED = 424243
+# An environment variable marks the demos this module starts (and their workers, which inherit
+# it), to find any orphan afterwards: an orphan is re-parented to init, so it is no longer our
+# child, and another test run on the machine (an xdist worker beside this one) is not ours.
+MARK = ("FAULTLAB_TEST_DEMO", f"demo-cli-{os.getpid()}")
 
 
 def _demo(*args: str) -> subprocess.CompletedProcess[str]:
     """Run ``faultlab demo``; check it left no shared-memory segment named after it."""
     command = [sys.executable, "-m", "faultlab.cli", "demo", "--seed", str(SEED), *args]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as proc:
+                          text=True, env={**os.environ, MARK[0]: MARK[1]}) as proc:
         stdout, stderr = proc.communicate(timeout=90)
     left = [n for n in os.listdir("/dev/shm") if n.startswith(f"faultlab_{proc.pid}_")]
     assert not left, f"the demo left shared memory behind: {left}"
@@ -40,10 +42,12 @@ def _json_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 def _orphans() -> list[int]:
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if "demo" in cmdline and str(SEED) in cmdline:
-            found.append(proc.info["pid"])
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get(MARK[0]) == MARK[1] and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.info["pid"])
+        except psutil.Error:
+            continue
     return found
 
 

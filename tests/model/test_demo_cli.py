@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 from typing import Any
 
 import psutil
@@ -53,8 +54,14 @@ def _orphans() -> list[int]:
 
 @pytest.fixture
 def no_orphans() -> Any:
+    """No process of a demo alive 5 s after it exited (the executor's own exit bound: a worker
+    whose driver is gone leaves within its grace, and a loaded machine may take that long)."""
     yield
-    assert not _orphans(), "demo workers outlived the demo"
+    deadline = time.monotonic() + 5.0
+    while _orphans() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _orphans()
+    assert not left, f"demo processes {left} outlived the demo by 5 s"
 
 
 @pytest.mark.usefixtures("no_orphans")

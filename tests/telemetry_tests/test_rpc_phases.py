@@ -115,6 +115,9 @@ def test_failed_phases_are_spans_with_their_errors(trace_dir: Path) -> None:
             pass
         else:
             raise AssertionError("fail() did not raise")
+        # Each worker writes its execute span's end after its reply: one more call makes sure
+        # both wrote it before shutdown (a shutdown right after cuts it: "stopped").
+        ex.collective_rpc("echo", args=(0,), timeout=10.0)
     telemetry.shutdown()
 
     spans = read_run(trace_dir)

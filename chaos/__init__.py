@@ -5,11 +5,13 @@
       HangWorker, ResumeWorker,     │ records: RecordingExecutor, fault timeline, trace journal
       SlowWorker, RaiseInWorker,    ▼ checks:  chaos.oracles (violations)
       CorruptQueue, KillDriver,   suites: chaos.suites (TOML), CLI: faultlab chaos run / replay
-      KillNode (nnodes > 1: the node's agents in chaos.nodes), StarveCPU, StarveMemory
+      KillNode (nnodes > 1: the node's agents in chaos.nodes), StarveCPU, StarveMemory,
+      ExitWorker (a worker's own os._exit(0) at a phase)
 """
 
 from chaos.faults import (
     CorruptQueue,
+    ExitWorker,
     Fault,
     HangWorker,
     KillDriver,
@@ -32,6 +34,7 @@ __all__ = [
     "TABLE",
     "Bounds",
     "CorruptQueue",
+    "ExitWorker",
     "Fault",
     "FaultPlan",
     "HangWorker",

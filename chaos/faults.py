@@ -138,6 +138,20 @@ class TermWorker(Fault):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ExitWorker(Fault):
+    """A worker ends itself with ``os._exit(0)`` at a phase: a clean exit code while it
+    serves, no signal, no cause reported.  Still a death: the call fails at once, naming
+    the rank and exit code 0 (a monitor that reads only non-zero codes as deaths misses it)."""
+
+    kind: ClassVar[str] = "exit_worker"
+    stops_readers: ClassVar[bool] = True
+    fatal: ClassVar[bool] = True
+    expected: ClassVar[str] = "fail_fast"
+    phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
+    phase: str = "before_execute"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class HangWorker(Fault):
     """SIGSTOP a worker (phase "signal"), or block inside it at a phase; for ``duration`` s
     (then SIGCONT / unblock), or until the executor ends it when ``duration`` is None."""

@@ -26,6 +26,7 @@ import enum
 
 from chaos.faults import (
     CorruptQueue,
+    ExitWorker,
     Fault,
     ForkInDriver,
     ForkInWorker,
@@ -101,6 +102,8 @@ TABLE: list[tuple[str, Fault, Outcome]] = [
     ("kill while idle", KillWorker(rank=0, at=0.05), Outcome.FAIL_FAST),
     ("sigterm, external", TermWorker(rank=1, on_call=HIT), Outcome.FAIL_FAST),
     ("sigterm, before execute", TermWorker(rank=0, on_call=HIT, phase="before_execute"), Outcome.FAIL_FAST),
+    ("exit 0 before execute", ExitWorker(rank=1, on_call=HIT), Outcome.FAIL_FAST),
+    ("exit 0 after reply", ExitWorker(rank=0, on_call=HIT, phase="after_reply"), Outcome.FAIL_FAST),
     ("sigstop, external", HangWorker(rank=1, on_call=HIT), Outcome.DEADLINE),
     ("sigstop then sigcont", HangWorker(rank=1, on_call=HIT, duration=1.5), Outcome.DEADLINE),
     ("block before execute", HangWorker(rank=0, on_call=HIT, phase="before_execute", duration=1.5), Outcome.DEADLINE),

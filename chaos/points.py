@@ -3,7 +3,7 @@
     driver  driver.before_pickle ─► CallCounter: k-th call of a method? ─► arm file (+ external fault)
             driver.after_enqueue ─► external faults armed for this call (signals, driver kill)
             queue.before_publish ─► damage an rpc chunk (CorruptQueue queue="rpc")
-    worker  worker.<phase>       ─► kill / term / hang / slow / raise when armed for this rank
+    worker  worker.<phase>       ─► kill / term / exit 0 / hang / slow / raise when armed for this rank
             queue.before_publish ─► damage a reply chunk (CorruptQueue queue="reply")
 
 Workers get ``install`` through ``FAULTLAB_FAILPOINTS=chaos.points:install`` (or a
@@ -79,6 +79,10 @@ def _term_self(fault: Fault, ctx: dict[str, Any]) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the worker's handler raises SystemExit here
 
 
+def _exit_self(fault: Fault, ctx: dict[str, Any]) -> None:
+    os._exit(0)  # no cleanup, no reply, no cause: only the exit code says it ended
+
+
 def _block(fault: HangWorker, ctx: dict[str, Any]) -> None:
     end = time.monotonic() + (fault.duration if fault.duration is not None else 1e9)
     while (left := end - time.monotonic()) > 0:
@@ -152,7 +156,8 @@ AFTER_PUBLISH = frozenset({"clear_written", "all_ff"})  # damage a chunk already
 
 
 ACTIONS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
-    "kill_worker": _kill_self, "term_worker": _term_self, "hang_worker": _block,
+    "kill_worker": _kill_self, "term_worker": _term_self, "exit_worker": _exit_self,
+    "hang_worker": _block,
     "slow_worker": _slow, "raise_in_worker": _raise, "corrupt_queue": _corrupt,
     "fork_in_worker": surroundings.fork_grandchild_then_die,
 }

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from chaos import Bounds, FaultPlan, KillDriver, KillWorker, run_scenario
+from chaos import Bounds, ExitWorker, FaultPlan, KillDriver, KillWorker, run_scenario
 from chaos import mutants as broken
 from chaos.recording import RecordingExecutor
 from executor import ExecutorConfig, MultiprocExecutor
@@ -69,6 +69,8 @@ KILL_FIRST_SLEEP = [KillWorker(rank=1, on_call=("sleep", 1))]
 ROWS = [
     ("deadline", broken.DropsDeadline, FORK, sleep_past_deadline, [], Bounds(deadline_slack_s=0.5)),
     ("detection", broken.SwallowsDeath, FORK, sleeps_with_deadline, KILL_FIRST_SLEEP, Bounds(detect_s=1.0)),
+    ("detection", broken.IgnoresCleanExit, FORK, sleeps_with_deadline,
+     [ExitWorker(rank=1, on_call=("sleep", 1))], Bounds(detect_s=1.0)),
     ("callback", broken.CallbackTwice, FORK, sleeps_with_deadline, KILL_FIRST_SLEEP, Bounds()),
     ("results", broken.WrongResults, FORK, echo_calls, [], Bounds()),
     ("results", broken.UndocumentedError, FORK, sleep_then_echo, [], Bounds()),

@@ -169,6 +169,8 @@ def annotate(timeline: list[dict[str, Any]], resolved: list[ResolvedFault]) -> l
         outcome = outcome_for(resolved[record["index"]].fault)
         record["expected"] = outcome.value
         record["fatal"] = outcome == Outcome.FAIL_FAST
+        if hasattr(resolved[record["index"]].fault, "queue"):  # corrupt_queue: rpc or reply
+            record["queue"] = resolved[record["index"]].fault.queue
     return timeline
 
 
@@ -334,7 +336,8 @@ class _InProcessRun:
             time.sleep(0.01)
 
     def _result(self, run: RunRecord, expected: Any, wall_s: float) -> ScenarioResult:
-        run.expected = expected_outcome(expected, run.faults, self.resolved)
+        seen = [r for r in run.faults if not run.unread_damage(r)]  # damage no call could read
+        run.expected = expected_outcome(expected, seen, self.resolved)
         violations = check(run)
         hit = {r["index"] for r in run.faults}
         return ScenarioResult(

@@ -4,6 +4,7 @@
         cells:     (fault kind, phase, method hit, start method, outcome of the hit call)
                    counted for every fault that fired ("at"-timed faults: the run's outcome)
         sites:     every swarm site (chaos.swarm.SITES) that fired at least once
+        surroundings: what the runs' faults ran inside (chaos.swarm_surroundings), counted
         sometimes: SOMETIMES, states that must be reached at least once across the runs
                    (Antithesis' "sometimes" assertions), each with why it may not be
     Coverage ──► to_dict() (coverage.json) and table() (coverage.md: counts, then what
@@ -98,6 +99,7 @@ class Coverage:
     cells: Counter[tuple[str, str, str, str, str]] = dataclasses.field(default_factory=Counter)
     sites: Counter[str] = dataclasses.field(default_factory=Counter)
     sometimes: Counter[str] = dataclasses.field(default_factory=Counter)
+    surroundings: Counter[str] = dataclasses.field(default_factory=Counter)  # chaos.swarm_surroundings
     runs: int = 0
 
     def add(self, result: ScenarioResult, start_method: str, events: list[dict[str, Any]],
@@ -124,6 +126,7 @@ class Coverage:
                            "count": n} for (k, p, m, s, o), n in sorted(self.cells.items())],
                 "sites": {s: self.sites[s] for s in all_sites},
                 "sites_never_fired": [s for s in all_sites if not self.sites[s]],
+                "surroundings": dict(sorted(self.surroundings.items())),
                 "sometimes": {name: {"reached": self.sometimes[name], "why_not": why}
                               for name, (_, why) in SOMETIMES.items()}}
 
@@ -133,6 +136,8 @@ class Coverage:
                  "|---|---|---|---|---|---:|"]
         lines += [f"| {k} | {p} | {m} | {s} | {o} | {n} |"
                   for (k, p, m, s, o), n in sorted(self.cells.items())]
+        lines += ["", "## Surroundings", "", "| surrounding | runs |", "|---|---:|"]
+        lines += [f"| {name} | {n} |" for name, n in sorted(self.surroundings.items())]
         lines += ["", "## Sometimes properties", "", "| property | runs reaching it |", "|---|---:|"]
         lines += [f"| {name} | {self.sometimes[name]} |" for name in SOMETIMES]
         lines += ["", "## Never reached, and why", ""]

@@ -40,7 +40,7 @@ from xml.etree import ElementTree as ET
 
 import psutil
 
-from chaos import history, history_check, swarm
+from chaos import history, history_check, swarm, swarm_surroundings
 from chaos.coverage import Coverage
 from chaos.faults import fault_from_dict
 from chaos.oracles import Bounds
@@ -50,6 +50,9 @@ from chaos.scenario import ScenarioResult
 from chaos.suites import Scenario
 
 IGNORED = frozenset({"outcome"})
+# shutdown() may take its graces (0.3 s + 0.3 s in the swarm's config) plus this: the real
+# executor took at most 0.66 s in 222 explored runs at load 12-24, a stall of 1.5 s is caught.
+SHUTDOWN_SLACK_S = 0.8
 _HELPERS = ("forkserver", "resource_tracker")
 Say = Callable[[str], None]
 
@@ -138,6 +141,7 @@ class Exploration:
         self.runs += 1
         self.coverage.add(verdict.result, drawn.start_method, verdict.events,
                           lambda r: swarm.fault_site(scenario.faults[r["index"]]))
+        self.coverage.surroundings[drawn.surrounding] += 1
         if swarm.STUBBORN in scenario.calls:  # a site that is a call, not a fault
             self.coverage.sites["stubborn_worker"] += 1
         if not verdict.problems:
@@ -213,7 +217,7 @@ def judge(scenario: Scenario, seed: int, where: Path) -> Verdict:
     """Run ``scenario`` into ``where``; its history and every problem found."""
     started = time.time()
     result = run_one(scenario, seed, where, scenario.config.get("start_method"),
-                     Bounds(workload_s=workload_bound_s(scenario)))
+                     Bounds(workload_s=workload_bound_s(scenario), shutdown_slack_s=SHUTDOWN_SLACK_S))
     _kill_leftovers(started)
     events = history.build(result.calls, result.trace_dir)
     history.write(where / history.FILE_NAME, events)
@@ -224,7 +228,10 @@ def judge(scenario: Scenario, seed: int, where: Path) -> Verdict:
 
 def workload_bound_s(scenario: Scenario) -> float:
     """When a swarm workload has hung: each call ends by its deadline plus 1 s of slack, one
-    after another at worst (a hung worker), plus 5 s; far below the suites' 60 s."""
+    after another at worst (a hung worker), plus 5 s; far below the suites' 60 s.  A named
+    workload (an edge workload, the outsider flood) has its own bound."""
+    if not scenario.calls:
+        return swarm_surroundings.workload_bound_s(scenario.workload)
     return sum((c.timeout or 10.0) + 1.0 for c in scenario.calls) + 5.0
 
 

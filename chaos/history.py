@@ -10,7 +10,8 @@ An event is a dict (one JSON line), ``op`` one of:
 
 - ``invoke``: ``call`` (the call's index), ``method``, ``args`` (repr), ``expected`` (the
   fault-free model's value, repr, or None when the model does not know), ``non_block``,
-  ``timeout``;
+  ``timeout``, and ``check`` when the workload named what a wrong outcome breaks
+  ("callbacks": a call the edge workloads make around done-callbacks, maybe inside one);
 - ``ok`` (``value``), ``fail`` (``error``: the call certainly did not succeed: a
   WorkerError, a damaged or unsendable message) or ``info`` (``error``: the outcome is
   unknown: a deadline, a failed executor or a Ctrl-C may have come before or after the
@@ -44,7 +45,8 @@ def call_events(calls: Iterable[CallRecord]) -> list[dict[str, Any]]:
     for c in calls:
         events.append({"op": "invoke", "call": c.index, "t": c.start_ns, "method": c.method,
                        "args": _repr(c.args), "non_block": c.non_block, "timeout": c.timeout,
-                       "expected": None if c.expected is UNKNOWN else _repr(c.expected)})
+                       "expected": None if c.expected is UNKNOWN else _repr(c.expected),
+                       **({"check": c.check} if c.check else {})})
         if c.outcome == "ok":
             events.append({"op": "ok", "call": c.index, "t": c.end_ns, "seq": c.resolved_seq,
                            "value": _repr(c.value)})

@@ -13,13 +13,16 @@ and replays exactly from its seed (FoundationDB's BUGGIFY, for our fault kinds).
                      with STUBBORN_P a last call that leaves a worker only SIGKILL ends
                      (chaos.stubborn: the "stubborn_worker" site)
         start method fork, forkserver or spawn
+        surrounding  what the faults run inside (chaos.swarm_surroundings): the calls (most
+                     runs), an edge workload, two nodes, an outsider's flood, a killed driver
     Swarm.scenario(executor) ──► chaos.suites.Scenario (a TOML-able scenario; replay reruns it)
 
 A site is a kind at one of its phases, plus a variant where the kind has modes (the queue
 and mode of ``corrupt_queue``, the mode of ``fork_in_driver``...).  Every fault may not fire
 (its drawn calls may lie past the workload): ``may_not_fire`` lists them all, and the
-coverage report counts what did.  Left out of the swarm: ``kill_driver`` (a driver
-subprocess per scenario), ``kill_node`` (needs nodes), ``starve_memory`` (a shared machine).
+coverage report counts what did.  ``kill_driver`` and ``kill_node`` are not sites: the
+surroundings "driver_killed" and "nodes" bring them, with what they need (a long last call,
+a second node).  Left out: ``starve_memory`` (a shared machine).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from chaos.faults import (
     fault_from_dict,
 )
 from chaos.suites import Scenario
+from chaos.swarm_surroundings import BY_NAME, Surrounding, pick
 from chaos.workloads import CallSpec
 
 ACTIVE_P = 0.25  # each site is on in a run with this probability
@@ -104,16 +108,24 @@ class Swarm:
     faults: tuple[Fault, ...]
     calls: tuple[CallSpec, ...]
     start_method: str
+    surrounding: str = "calls"
+    workload: str = "standard"  # an edge or node workload when ``calls`` is empty
+    config: tuple[tuple[str, Any], ...] = ()  # what the surrounding adds (two nodes)
+
+    @property
+    def around(self) -> Surrounding:
+        return BY_NAME[self.surrounding]
 
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "active": dict(self.active), "start_method": self.start_method,
-                "faults": [f.to_dict() for f in self.faults],
+                "surrounding": self.surrounding, "workload": self.workload,
+                "config": dict(self.config), "faults": [f.to_dict() for f in self.faults],
                 "calls": [c.to_dict() for c in self.calls]}
 
     def scenario(self, executor: str = "") -> Scenario:
-        return Scenario(f"swarm-{self.seed}", {**CONFIG, "start_method": self.start_method},
-                        self.faults, "standard", self.calls, "auto",
-                        tuple(range(len(self.faults))), executor)
+        config = {**CONFIG, "start_method": self.start_method, **dict(self.config)}
+        return Scenario(f"swarm-{self.seed}", config, self.faults, self.workload, self.calls,
+                        "auto", tuple(range(len(self.faults))), executor)
 
 
 def draw(seed: int) -> Swarm:
@@ -124,9 +136,14 @@ def draw(seed: int) -> Swarm:
     stubborn = rng.random() < STUBBORN_P
     chosen = rng.sample(active, min(len(active), rng.randint(1, MAX_FAULTS))) if active else []
     faults = tuple(_fault(rng, site, p, calls) for site, p in chosen)
+    start_method = rng.choice(START_METHODS)
+    around = pick(rng)
+    stubborn = stubborn and around.name in ("calls", "driver_killed")
+    calls += (STUBBORN,) if stubborn else ()
+    workload, calls, faults, config = around.shape(rng, calls, faults)
     names = [(site_name(s), p) for s, p in active] + ([("stubborn_worker", 1.0)] if stubborn else [])
-    return Swarm(seed, tuple(names), faults, calls + ((STUBBORN,) if stubborn else ()),
-                 rng.choice(START_METHODS))
+    return Swarm(seed, tuple(names), faults, calls, start_method, around.name, workload,
+                 tuple(sorted(config.items())))
 
 
 def _fault(rng: random.Random, site: dict[str, Any], p: float, calls: tuple[CallSpec, ...]) -> Fault:

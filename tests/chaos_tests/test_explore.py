@@ -78,6 +78,15 @@ def test_a_deadline_or_an_unmarked_replay_changes_the_verdict() -> None:
     assert [v.kind for v in history_check.check(twice_same_life)] == ["executed_twice"]
 
 
+def test_calls_of_the_callbacks_workloads_may_complete_out_of_order() -> None:
+    """A call made inside a done-callback completes inside another's completion."""
+    events = [_invoke(0, "'a'"), {**_invoke(1, "'b'"), "check": "callbacks"},
+              _done(1, "ok", 0, 20, value="'b'"), _done(0, "ok", 1, 30, value="'a'")]
+    assert history_check.check(events) == []
+    del events[1]["check"]
+    assert [v.kind for v in history_check.check(events)] == ["out_of_order"]
+
+
 def test_a_history_file_round_trips_and_a_bad_line_is_named(tmp_path: Path) -> None:
     path = tmp_path / "history.jsonl"
     history.write(path, CLEAN)

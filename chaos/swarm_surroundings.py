@@ -1,0 +1,107 @@
+"""What a swarm scenario's faults run inside: plain calls, an edge workload, two nodes, or a
+driver that is killed mid-call.  One is drawn per seed (chaos.swarm.draw), by weight.
+
+    seed's rng ──pick(rng)──► Surrounding
+        "calls"            the drawn calls, the drawn faults (most runs)
+        "edge:NAME"        an edge workload of chaos.edge_workloads (bursts, raising
+                           callbacks and aggregators, hostile values, a low fd limit, 1,100
+                           fds held, Ctrl-C mid-stream, a Ctrl-C at every point of a call,
+                           a memory cap) in place of the calls, with no fault: each judges
+                           its calls by its own expectations (``check``), which a fault would
+                           change
+        "nodes"            the drawn calls on two nodes (rank 1 behind a ``faultlab worker``
+                           agent on loopback), at most one ``kill_node`` (kill or cut_link)
+        "outsider_flood"   two nodes, and a peer without the secret flooding the driver's
+                           node port beside authentic calls (chaos.nodes)
+        "driver_killed"    the drawn calls and faults, then a long call (a sleep, or C code
+                           holding the GIL) during which the driver is SIGKILLed (the run
+                           goes through a driver subprocess, chaos.driver_run)
+    Surrounding.shape(rng, calls, faults) ──► (workload, calls, faults, extra config)
+
+Invariants: the same rng state gives the same shape (no clock, no environment); every shape
+is a scenario the suites could hold (TOML-able), so replay reruns it; a shape that has no
+drawn calls has its own hang bound, ``workload_bound_s(workload)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from typing import Any
+
+from chaos.faults import NODE_MODES, Fault, KillDriver, KillNode
+from chaos.workloads import CallSpec
+
+NODES = {"nnodes": 2, "heartbeat_interval": 0.1, "node_timeout": 1.0}
+KILL_NODE_P = 0.6  # a nodes run has a node fault this often
+# The driver's last call, in flight when it is killed: the workers must see the death pipe
+# while asleep in Python, or while their main thread holds the GIL in C code.
+LAST_CALLS = (CallSpec("sleep", (30.0,), 40.0), CallSpec("hold_gil", (30.0,), 40.0))
+EDGE_BOUND_S = 90.0  # an edge workload has hung (the suites give 60 s; the sweep more)
+SWEEP_BOUND_S = 200.0  # interrupt_sweep: three sweeps of up to 30 s each, then a call
+
+Shape = tuple[str, tuple[CallSpec, ...], tuple[Fault, ...], dict[str, Any]]
+Shaper = Callable[[random.Random, tuple[CallSpec, ...], tuple[Fault, ...]], Shape]
+
+
+def _calls(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault, ...]) -> Shape:
+    return "standard", calls, faults, {}
+
+
+def _edge(name: str) -> Shaper:
+    def shape(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault, ...]) -> Shape:
+        return name, (), (), {}
+    return shape
+
+
+def _nodes(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault, ...]) -> Shape:
+    if rng.random() >= KILL_NODE_P:
+        return "standard", calls, (), dict(NODES)
+    k = rng.randrange(len(calls))
+    method = calls[k].method
+    nth = sum(c.method == method for c in calls[:k + 1])
+    node = KillNode(node=1, mode=rng.choice(NODE_MODES), on_call=(method, nth))
+    return "standard", calls, (node,), dict(NODES)
+
+
+def _flood(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault, ...]) -> Shape:
+    return "chaos.nodes:outsider_flood", (), (), dict(NODES)
+
+
+def _driver_killed(rng: random.Random, calls: tuple[CallSpec, ...],
+                   faults: tuple[Fault, ...]) -> Shape:
+    last = rng.choice(LAST_CALLS)
+    nth = sum(c.method == last.method for c in calls) + 1
+    kill = KillDriver(on_call=(last.method, nth))
+    return "standard", (*calls, last), (*faults, kill), {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Surrounding:
+    name: str
+    weight: float
+    shape: Shaper
+
+
+def workload_bound_s(workload: str) -> float:
+    """When a named workload (one with no drawn calls) has hung."""
+    return SWEEP_BOUND_S if workload == "interrupt_sweep" else EDGE_BOUND_S
+
+
+EDGE_WEIGHTS = {"burst": 0.03, "callback_chaos": 0.03, "done_callbacks": 0.03,
+                "failure_callbacks": 0.03, "hostile_values": 0.03, "fd_limit": 0.02,
+                "fd_pressure": 0.02, "interrupt_stream": 0.02, "interrupt_sweep": 0.015,
+                "memory_cap": 0.015}
+SURROUNDINGS: tuple[Surrounding, ...] = (
+    Surrounding("calls", 0.62, _calls),
+    Surrounding("nodes", 0.07, _nodes),
+    Surrounding("outsider_flood", 0.02, _flood),
+    Surrounding("driver_killed", 0.06, _driver_killed),
+    *(Surrounding(f"edge:{name}", w, _edge(name)) for name, w in EDGE_WEIGHTS.items()),
+)
+BY_NAME = {s.name: s for s in SURROUNDINGS}
+
+
+def pick(rng: random.Random) -> Surrounding:
+    return rng.choices(SURROUNDINGS, weights=[s.weight for s in SURROUNDINGS])[0]

@@ -98,7 +98,8 @@ class Finding:
         return "+".join(sorted(self.signature))
 
     def schedule_length(self, scenario: Scenario) -> int:
-        return len(scenario.faults) + len(scenario.calls)
+        """Faults plus calls; a named workload (an edge workload: no calls of its own) is one."""
+        return len(scenario.faults) + (len(scenario.calls) or 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"signature": sorted(self.signature), "seed": self.seed,
@@ -199,7 +200,7 @@ class Exploration:
         self.say(f"FOUND {f.name} at seed {f.seed} after {f.found_after_s:.1f} s: "
                  f"{f.problems[0][:300]}\n  shrunk from {f.schedule_length(f.original)} to "
                  f"{f.schedule_length(f.shrunk)} steps ({len(f.shrunk.faults)} fault(s), "
-                 f"{len(f.shrunk.calls)} call(s)); {state} {f.reproduced} of {f.tries}\n"
+                 f"{_what_calls(f.shrunk)}); {state} {f.reproduced} of {f.tries}\n"
                  f"  Reproduce with: faultlab chaos replay {f.run_dir}")
 
     def _write_reports(self, wall_s: float) -> None:
@@ -211,6 +212,10 @@ class Exploration:
             "runs": self.runs, "wall_s": round(wall_s, 1),
             "findings": [f.to_dict() for f in self.findings]}, indent=1, default=str))
         write_junit(self.findings, self.runs, self.out / "junit.xml", wall_s)
+
+
+def _what_calls(scenario: Scenario) -> str:
+    return f"{len(scenario.calls)} call(s)" if scenario.calls else f"the workload {scenario.workload}"
 
 
 def judge(scenario: Scenario, seed: int, where: Path) -> Verdict:

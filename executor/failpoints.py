@@ -23,6 +23,8 @@ Points (the phase of the protocol each one sits in):
     worker.after_dequeue       worker.before_unpickle       worker.before_execute
     worker.after_execute       worker.before_pickle_reply   worker.before_reply
     worker.after_reply         worker.death_pipe
+    driver.before_go_live (context: resources, incarnation; a restart's new workers have all
+                           said READY, the swap that makes them serve has not happened)
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ DRIVER_POINTS = (
     "driver.before_dequeue", "driver.after_dequeue", "driver.before_settle",
 )
 QUEUE_POINTS = ("queue.mid_chunk_write", "queue.before_publish", "queue.after_publish")
-POINTS = frozenset({*DRIVER_POINTS, *QUEUE_POINTS, *WORKER_CALL_POINTS, "worker.death_pipe"})
+# Points of a restart (executor/restart.py), not of a call: they fire once per new incarnation.
+RESTART_POINTS = ("driver.before_go_live",)
+POINTS = frozenset({*DRIVER_POINTS, *QUEUE_POINTS, *WORKER_CALL_POINTS, *RESTART_POINTS,
+                    "worker.death_pipe"})
 
 Action = Callable[..., None]
 

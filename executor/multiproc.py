@@ -378,6 +378,9 @@ class MultiprocExecutor:
         self._finalizer = weakref.finalize(self, release, res, self._site)
         try:
             self._start(self._wait_policy, startup_timeout)
+            if failpoints.ACTIVE:  # chaos: a new worker dying between READY and the swap
+                failpoints.fire("driver.before_go_live", resources=res,
+                                incarnation=self.incarnation + 1)
             self._go_live(res)
         except BaseException:
             res.shutdown()

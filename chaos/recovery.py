@@ -16,6 +16,10 @@ Faults: ``kill`` (SIGKILL), ``sigterm``, ``hang`` (SIGSTOP, caught by the step t
 executor has failed a fresh agent starts and rejoins within ``node_timeout``).  With
 nnodes > 1, ``kill`` of a rank on node 1 kills that node's worker (its agent survives).
 Under ``fail_stop`` the expected outcome is the old one: the engine fails, naming the rank.
+``then`` adds a second fault that lands while the recovery runs (chaos/interrupted_recovery.py:
+``before_live`` kills rank ``then_rank`` of the new incarnation between READY and going live,
+``in_replay`` kills it while the requests replay); ``executor`` ("module:Class", default the
+real executor) runs a planted executor of chaos.mutants instead.
 
 Throughput (tokens/s, new tokens only, replayed ones not counted): ``baseline`` is the
 fault-free run on the same executor just before; ``during`` runs from the fault to the
@@ -26,6 +30,7 @@ from there to the end.  Under ``fail_stop`` there is no during or after.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import random
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from chaos import resources
 from chaos.control import trace_fault
 from chaos.faults import CorruptQueue, Fault, HangWorker, KillNode, KillWorker, PlanError, TermWorker
+from chaos.interrupted_recovery import SECOND_FAULTS, SecondFault
 from chaos.nodes import RemoteNodes
 from chaos.oracles import Violation
 from chaos.outcomes import Outcome
@@ -48,7 +54,8 @@ if TYPE_CHECKING:
 FAULTS = ("kill", "sigterm", "hang", "corrupt", "kill_node")
 WORKER = "executor.model.worker:ModelWorker"
 _KEYS = {"name", "fault", "rank", "steps", "policy", "tp", "pp", "async_scheduling",
-         "requests", "max_tokens", "step_timeout", "recovery_bound_s", "nnodes", "node_timeout"}
+         "requests", "max_tokens", "step_timeout", "recovery_bound_s", "nnodes", "node_timeout",
+         "then", "then_rank", "executor"}
 FAILED_WITHIN_S = 30.0  # kill_node: the executor notices the node's loss within this
 NODE_EXIT_S = 15.0  # after shutdown, an agent leaves by itself within this (else a leak)
 
@@ -69,6 +76,9 @@ class RecoveryScenario:
     recovery_bound_s: float = 10.0  # detection to the first new token
     nnodes: int = 1  # > 1: ranks spread over nodes, node k > 0 a `faultlab worker` agent
     node_timeout: float = 10.0  # a silent remote worker or agent counts as gone after this
+    then: str = ""  # a second fault during the recovery: "" (none) or one of SECOND_FAULTS
+    then_rank: int = 0
+    executor: str = ""  # "module:Class" of the executor ("": MultiprocExecutor)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> RecoveryScenario:
@@ -97,10 +107,34 @@ class RecoveryScenario:
         if self.fault == "kill_node" and self.rank * self.nnodes // (self.tp * self.pp) == 0:
             raise PlanError(f"{where}.fault: kill_node needs nnodes > 1 and a rank off node 0, "
                             f"got nnodes {self.nnodes}, rank {self.rank}")
+        self._check_second(where)
         first, last = self.steps
         if not 1 <= first <= last < self.max_tokens:
             raise PlanError(f"{where}.steps: need 1 <= first <= last < max_tokens "
                             f"({self.max_tokens}), got {list(self.steps)}")
+
+    def _check_second(self, where: str) -> None:
+        if self.then and self.then not in SECOND_FAULTS:
+            raise PlanError(f"{where}.then: must be one of {SECOND_FAULTS} (or absent), "
+                            f"got {self.then!r}")
+        if self.then and (not POLICIES[self.policy].recovers or self.nnodes > 1):
+            raise PlanError(f"{where}.then: a second fault needs policy 'restart' and one node")
+        if not 0 <= self.then_rank < self.tp * self.pp:
+            raise PlanError(f"{where}.then_rank: {self.then_rank} is not a rank of tp {self.tp} "
+                            f"x pp {self.pp}")
+        if self.executor and self.executor.count(":") != 1:
+            raise PlanError(f"{where}.executor: must be 'module:Class', got {self.executor!r}")
+
+    def executor_class(self) -> type[MultiprocExecutor]:
+        from executor import MultiprocExecutor
+
+        if not self.executor:
+            return MultiprocExecutor
+        module, _, attr = self.executor.partition(":")
+        cls = getattr(importlib.import_module(module), attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, MultiprocExecutor)):
+            raise PlanError(f"executor {self.executor!r} is not a MultiprocExecutor class")
+        return cls
 
     def fault_step(self, seed: int) -> int:
         """The step after which the fault hits: drawn from the seed and the name only."""
@@ -173,6 +207,8 @@ def run_recovery(scenario: RecoveryScenario, seed: int, out: Path) -> RecoveryRe
     import torch  # noqa: F401  (before the fork: workers inherit it)
 
     out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.json").write_text(json.dumps(  # what `faultlab chaos replay` reruns
+        {"seed": seed, "recovery": scenario.to_dict()}, indent=2))
     t0 = time.monotonic()
     reference = reference_tokens(scenario, seed)
     before = resources.snapshot()
@@ -200,6 +236,7 @@ class _FaultedRun:
         self.baseline: dict[str, list[int]] = {}
         self.marks: dict[str, tuple[float, int]] = {}  # fault/first/end -> (time, new tokens)
         self.nodes: RemoteNodes | None = None
+        self.second = SecondFault(scenario.then, scenario.then_rank, seed) if scenario.then else None
 
     def config(self) -> ExecutorConfig:
         from executor import ExecutorConfig
@@ -212,13 +249,16 @@ class _FaultedRun:
                               worker_kwargs={"seed": self.seed, "collective_timeout_s": 30})
 
     def execute(self, nodes_dir: Path) -> None:
-        from executor import MultiprocExecutor
-
         with RemoteNodes(self.config(), nodes_dir) as nodes:
             self.nodes = nodes
             nodes.start()
-            with MultiprocExecutor(nodes.config) as ex:
-                self._run(ex)
+            with self.scenario.executor_class()(nodes.config) as ex:
+                try:
+                    self._run(ex)
+                finally:
+                    if self.second is not None:
+                        self.second.disarm()
+                        self.all_pids += [p for p in self.second.pids if p not in self.all_pids]
             nodes.wait_exit(NODE_EXIT_S)
             self.all_pids += nodes.ended
             self.old_alive += [f"pid {p} on node {k} is alive after shutdown"
@@ -251,10 +291,14 @@ class _FaultedRun:
         while self.engine.has_unfinished():
             self.engine.step()
             self._mark_first_token()
+            if self.second is not None and self.fault_at is not None:
+                self.second.after_step(ex, self.engine)
             if self.fault_at is None and self.engine.stats.steps >= self.step:
                 self.fault_at = time.perf_counter()
                 self.marks["fault"] = (self.fault_at, self.engine.stats.generated_tokens)
                 inject(ex, self.scenario.fault, self.scenario.rank, nodes=self.nodes)
+                if self.second is not None:
+                    self.second.arm()
         self.marks["end"] = (time.perf_counter(), self.engine.stats.generated_tokens)
 
     def _mark_first_token(self) -> None:
@@ -345,7 +389,8 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
         s.name, seed, [], out, Outcome.RECOVER if POLICIES[s.policy].recovers else Outcome.FAIL_FAST,
         Outcome.RECOVER if recovered else Outcome.FAIL_FAST if run.errors else None, wall_s,
         run.step, recovered, latency, sum(r.tokens_recomputed for r in records),
-        len(run.errors), [{"kind": s.fault, "rank": s.rank, "step": run.step}],
+        len(run.errors), [{"kind": s.fault, "rank": s.rank, "step": run.step}]
+        + ([run.second.record] if run.second is not None and run.second.record else []),
         *run.throughput())
     result.violations = _oracles(s, run, reference, leaks, result, recovery)
     return result
@@ -354,6 +399,8 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
 def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[int]],
              leaks: list[str], result: RecoveryResult, recovery: Any) -> list[Violation]:
     v = [Violation("leak", p) for p in leaks + run.old_alive]
+    if run.second is not None:
+        v += run.second.violations()
     if run.baseline and run.baseline != reference:
         v.append(Violation("tokens", "the fault-free run in this layout differs from TP=1's"))
     if run.fault_at is None:

@@ -2,6 +2,8 @@
 
     explore ── a shrunk, reproduced failure ──► append_scenario(path, scenario, note)
                                                    └► a [[scenario]] table in a TOML suite
+                                                      (a [[recovery]] table for a finding
+                                                      of chaos.swarm_recovery's family)
     faultlab chaos run SUITE ──► with_regressions(suite): REGRESSIONS' scenarios first
 
 ``REGRESSIONS`` (chaos/suites/regressions.toml) holds failures of the real executor only;
@@ -17,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chaos.recovery import RecoveryScenario
 from chaos.suites import SUITE_DIR, Scenario, Suite, load_suite
 
 REGRESSIONS = SUITE_DIR / "regressions.toml"
@@ -24,14 +27,17 @@ HEADER = ('# Failures found by `faultlab chaos explore`, shrunk; `faultlab chaos
           'them first.\n[suite]\nname = "regressions"\nseed = 0\n')
 
 
-def append_scenario(path: Path, scenario: Scenario, note: str) -> bool:
+def append_scenario(path: Path, scenario: Scenario | RecoveryScenario, note: str) -> bool:
     """Add ``scenario`` to the suite at ``path`` (created if missing); False if it is there."""
-    if path.exists() and any(s.name == scenario.name for s in load_suite(str(path)).scenarios):
-        return False
+    if path.exists():
+        suite = load_suite(str(path))
+        if scenario.name in {s.name for s in suite.scenarios} | {r.name for r in suite.recovery}:
+            return False
     text = path.read_text() if path.exists() else HEADER
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n" + "".join(f"# {line}\n" for line in note.splitlines())
-                    + scenario_toml(scenario))
+    table = recovery_toml(scenario) if isinstance(scenario, RecoveryScenario) else \
+        scenario_toml(scenario)
+    path.write_text(text + "\n" + "".join(f"# {line}\n" for line in note.splitlines()) + table)
     return True
 
 
@@ -40,10 +46,11 @@ def with_regressions(suite: Suite, path: Path = REGRESSIONS) -> Suite:
     when ``suite`` is the regressions suite itself)."""
     if not path.exists() or suite.path.resolve() == path.resolve():
         return suite
-    found = load_suite(str(path)).scenarios
-    names = {s.name for s in suite.scenarios}
-    return dataclasses.replace(suite, scenarios=tuple(s for s in found if s.name not in names)
-                               + suite.scenarios)
+    found = load_suite(str(path))
+    names = {s.name for s in suite.scenarios} | {r.name for r in suite.recovery}
+    return dataclasses.replace(
+        suite, scenarios=tuple(s for s in found.scenarios if s.name not in names) + suite.scenarios,
+        recovery=tuple(r for r in found.recovery if r.name not in names) + suite.recovery)
 
 
 def scenario_toml(scenario: Scenario) -> str:
@@ -57,6 +64,12 @@ def scenario_toml(scenario: Scenario) -> str:
         for item in data.get(table, []):
             lines += [f"[[scenario.{table}]]"] + [f"{k} = {_value(v)}" for k, v in item.items()]
     return "\n".join(lines) + "\n"
+
+
+def recovery_toml(scenario: RecoveryScenario) -> str:
+    """One [[recovery]] table (empty strings, the defaults of ``then`` and ``executor``, left out)."""
+    items = [(k, v) for k, v in scenario.to_dict().items() if v != ""]
+    return "\n".join(["[[recovery]]"] + [f"{k} = {_value(v)}" for k, v in items]) + "\n"
 
 
 def _value(v: Any) -> str:

@@ -253,11 +253,11 @@ def _replay(args: argparse.Namespace) -> int:
     from chaos.runner import print_summary, run_one
 
     source = args.scenario_dir
+    recovery = _load_saved_recovery(source)
+    if recovery is not None:
+        return _replay_recovery(source, _replay_out(args, source), *recovery)
     saved, scenario = _load_saved(source)
-    out = args.out or source / "replay"
-    problem = dir_problem(out)
-    if problem:
-        raise UsageError(f"cannot write the replay into {out}: {problem} (give --out DIR)")
+    out = _replay_out(args, source)
     result = run_one(scenario, saved["seed"], out, saved.get("start_method"))
     summary = io.StringIO()
     print_summary([result], summary)
@@ -268,6 +268,44 @@ def _replay(args: argparse.Namespace) -> int:
     verdict = "the same as" if original == replayed else "DIFFERENT from"
     summary.write(f"replayed seed {saved['seed']} ({len(same)} fault(s)); the fault timeline "
                   f"is {verdict} the original's\n")
+    write_stdout(summary.getvalue())
+    return 0 if result.ok else 1
+
+
+def _replay_out(args: argparse.Namespace, source: Path) -> Path:
+    out: Path = args.out or source / "replay"
+    problem = dir_problem(out)
+    if problem:
+        raise UsageError(f"cannot write the replay into {out}: {problem} (give --out DIR)")
+    return out
+
+
+def _load_saved_recovery(source: Path) -> tuple[int, Any] | None:
+    """The seed and [[recovery]] scenario saved in ``source`` (None: a plain scenario)."""
+    from chaos.faults import PlanError
+    from chaos.swarm_recovery import load_saved
+
+    try:
+        return load_saved(source)
+    except (FileNotFoundError, ValueError, TypeError):  # _load_saved names what is wrong
+        return None
+    except PlanError as exc:
+        raise UsageError(f"{source / 'scenario.json'} is not a saved scenario: {exc}") from None
+
+
+def _replay_recovery(source: Path, out: Path, seed: int, scenario: Any) -> int:
+    """Rerun a recovery scenario (a `chaos run` [[recovery]] or an explore finding)."""
+    from chaos.recovery import run_recovery
+    from chaos.runner import print_summary
+    from chaos.swarm_recovery import fired_signature
+
+    result = run_recovery(scenario, seed, out)
+    summary = io.StringIO()
+    print_summary([result], summary)
+    same = fired_signature(source / "result.json") == fired_signature(out / "result.json")
+    summary.write(f"replayed seed {seed} (a recovery scenario, {len(result.faults)} fault(s) "
+                  f"fired); the faults that fired are {'the same as' if same else 'DIFFERENT from'}"
+                  " the original's\n")
     write_stdout(summary.getvalue())
     return 0 if result.ok else 1
 

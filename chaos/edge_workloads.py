@@ -12,6 +12,8 @@ mid-stream, and exhausted resources.  Each declares what its calls must end in
                         reply whose unpickling is interrupted
     interrupt_sweep     KeyboardInterrupt at every point of three calls where CPython can
                         raise it (chaos.interrupt_sweep): no lock held, the queue in step
+    interrupt_publish   KeyboardInterrupt at every point of a request's publish, a worker
+                        taking the chunk, calls that lap the ring (chaos.publish_interrupts)
     fd_limit            a low RLIMIT_NOFILE in the driver: starting an executor fails clearly
                         (or works), the running one keeps working, nothing leaks
     fd_pressure         1,100 fds held: a second executor's fds (and its forked workers')
@@ -30,6 +32,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from chaos import surroundings
+from chaos.publish_interrupts import interrupt_publish
 from chaos.recording import RecordingExecutor
 from chaos.workloads import Workload
 from executor import ExecutorError
@@ -302,5 +305,5 @@ EDGE: dict[str, Workload] = {
     "done_callbacks": _done_callbacks_call, "failure_callbacks": _raising_failure_callback,
     "hostile_values": hostile_values, "interrupt_stream": interrupt_stream,
     "fd_limit": fd_limit, "memory_cap": memory_cap, "interrupt_sweep": interrupt_sweep,
-    "fd_pressure": fd_pressure,
+    "fd_pressure": fd_pressure, "interrupt_publish": interrupt_publish,
 }

@@ -11,16 +11,18 @@ internals on purpose: a broken executor is a patched one.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
 import executor.death_pipes
 import executor.worker_proc
-from executor import MultiprocExecutor
+from executor import MultiprocExecutor, failpoints
 from executor.calls import PendingCall, ReplyCollector
 from executor.model.recovery import Recovery
 from executor.serialization import peek
@@ -625,3 +627,107 @@ class NoSigkill(MultiprocExecutor):
             super().shutdown()
         finally:
             executor.stopping._signal = original
+
+
+# ---------------------------------------------------------------- the queue's bugs, in an executor
+# The queue-level bugs above, planted in a whole executor so that `faultlab chaos explore
+# --mutant` can aim at them.  Where each broken end runs:
+#
+#     writer mutants  the driver's request writer (each incarnation's): the only writer a
+#                     Ctrl-C cuts and that lives on to resume (a worker's SIGTERM cut ends it)
+#     reader mutants  the driver's reply readers, and the local workers' request readers:
+#                     FAULTLAB_FAILPOINTS names install_queue_mutant for the workers' start-up
+#                     (it runs before their queues are built, with fork, forkserver and spawn
+#                     alike), which installs the class, then the installer it replaced.
+#                     Remote nodes' workers read over TCP: no queue reader there to break.
+
+QUEUE_MUTANT_ENV = "FAULTLAB_QUEUE_MUTANT"  # "ReaderClass" (a name in this module)
+QUEUE_MUTANT_THEN_ENV = "FAULTLAB_QUEUE_MUTANT_THEN"  # the FAULTLAB_FAILPOINTS it replaced
+
+
+def install_queue_mutant(role: str, rank: int | None) -> None:
+    """A worker's FAULTLAB_FAILPOINTS installer: its queues get the reader class named by
+    FAULTLAB_QUEUE_MUTANT, then the installer it stood in for runs (chaos.points' own)."""
+    import importlib
+
+    import executor.worker_proc
+
+    reader = globals()[os.environ[QUEUE_MUTANT_ENV]]
+    assert isinstance(reader, type) and issubclass(reader, QueueReader)
+    executor.worker_proc.QueueReader = reader  # type: ignore[misc]
+    then = os.environ.get(QUEUE_MUTANT_THEN_ENV, "")
+    if then:
+        module, _, func = then.partition(":")
+        getattr(importlib.import_module(module), func)(role=role, rank=rank)
+
+
+class _QueueMutant(MultiprocExecutor):
+    """Each incarnation's queue ends get the broken classes once ``_start`` built them."""
+
+    writer: ClassVar[type[QueueWriter] | None] = None
+    reader: ClassVar[type[QueueReader] | None] = None
+
+    def _start(self, policy: Any, startup_timeout: float | None = None) -> None:
+        if self.reader is None:
+            super()._start(policy, startup_timeout)
+        else:
+            with _workers_install(self.reader):
+                super()._start(policy, startup_timeout)
+        if self.writer is not None:
+            for end in [self._writer, *getattr(self._writer, "_writers", ())]:
+                if type(end) is QueueWriter:
+                    end.__class__ = self.writer
+        if self.reader is not None:
+            for end in self._collector.readers:
+                if type(end) is QueueReader:
+                    end.__class__ = self.reader
+
+
+@contextlib.contextmanager
+def _workers_install(reader: type[QueueReader]) -> Iterator[None]:
+    """Workers started inside get ``reader`` (their environment is taken at start)."""
+    saved = {k: os.environ.get(k) for k in (failpoints.ENV_VAR, QUEUE_MUTANT_ENV,
+                                            QUEUE_MUTANT_THEN_ENV)}
+    ours = f"{__name__}:install_queue_mutant"
+    if saved[failpoints.ENV_VAR] != ours:  # else already in place (a start inside a start)
+        os.environ[QUEUE_MUTANT_THEN_ENV] = saved[failpoints.ENV_VAR] or ""
+    os.environ[QUEUE_MUTANT_ENV] = reader.__name__
+    os.environ[failpoints.ENV_VAR] = ours
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class RedoesVisiblePublishExecutor(_QueueMutant):
+    """The driver's request writer is RedoesVisiblePublish: after a Ctrl-C that cut a publish
+    once its chunk was visible, workers that took it get their read flags cleared behind them,
+    and the writer blames them for damage when it comes round to that chunk again."""
+
+    writer = RedoesVisiblePublish
+
+
+class CompletesInvisiblePublishExecutor(_QueueMutant):
+    """The driver's request writer is CompletesInvisiblePublish: after a Ctrl-C that cut a
+    publish before its chunk was visible, the next call publishes a sequence number whose
+    chunk reads unwritten, and the workers find the request ring damaged."""
+
+    writer = CompletesInvisiblePublish
+
+
+class ProgressOneBehindExecutor(_QueueMutant):
+    """Every queue reader (driver and local workers) is ProgressOneBehind: a cleared read flag
+    on the chunk a reader read last passes for a reader that is behind (no damage found)."""
+
+    reader = ProgressOneBehind
+
+
+class ProgressOneAheadExecutor(_QueueMutant):
+    """Every queue reader (driver and local workers) is ProgressOneAhead: a writer waiting on
+    a full ring blames a reader that is only behind for damaged read flags."""
+
+    reader = ProgressOneAhead

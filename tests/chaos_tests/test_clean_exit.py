@@ -42,7 +42,7 @@ def test_a_clean_exit_while_serving_fails_the_call_naming_code_0(tmp_path: Path,
 
 def _swarm_like(executor: str) -> Scenario:
     """A shrunk explore finding's shape: one on_call fault, calls with deadlines."""
-    calls = (CallSpec("echo", ("a",), 1.0), CallSpec("sleep", (0.01,), 1.0), CallSpec("echo", ("b",), 1.0))
+    calls = (CallSpec("echo", ("a",), 0.5), CallSpec("echo", ("b",), 0.5))
     return Scenario("clean-exit", {**CONFIG, "start_method": "fork"},
                     (ExitWorker(rank=0, on_call=("echo", 1), phase="before_reply"),), calls=calls,
                     executor=executor)

@@ -7,6 +7,10 @@
         surroundings: what the runs' faults ran inside (chaos.swarm_surroundings), counted
         sometimes: SOMETIMES, states that must be reached at least once across the runs
                    (Antithesis' "sometimes" assertions), each with why it may not be
+    each run of the recovery family (chaos.swarm_recovery) ──► Coverage.add_recovery
+        cells:     (fault kind, between steps | before_go_live | replay, "execute_model", "fork",
+                   the run's outcome)
+        sometimes: "recovery itself was interrupted" when its second fault landed
     Coverage ──► to_dict() (coverage.json) and table() (coverage.md: counts, then what
                  was never reached and why)
 """
@@ -19,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.recording import CallRecord
+from chaos.recovery import RecoveryResult
 from chaos.scenario import ScenarioResult
 
 Run = tuple[ScenarioResult, list[dict[str, Any]]]  # a result and its history
@@ -57,6 +62,9 @@ def _never(run: Run) -> bool:
     return False
 
 
+INTERRUPTED = "recovery itself was interrupted"  # reached by recovery runs only (add_recovery)
+
+
 # name -> (predicate, why it may never be reached)
 SOMETIMES: dict[str, tuple[Callable[[Run], bool], str]] = {
     "a kill landed between a reply's pickling and its write": (
@@ -80,9 +88,9 @@ SOMETIMES: dict[str, tuple[Callable[[Run], bool], str]] = {
         _many_failed, "needs a fatal fault with calls still queued"),
     "shutdown met a worker only SIGKILL ends": (
         _stubborn_shutdown, "needs the stubborn_worker site (chaos.stubborn)"),
-    "recovery itself was interrupted": (
-        _never, "explore runs no recovery policy (ex.restart, chaos.recovery): out of its "
-        "fault space so far"),
+    INTERRUPTED: (
+        _never, "needs a seed of the recovery family (chaos.swarm_recovery, about 1 in 10) "
+        "whose second fault (before_live or in_replay) landed while the recovery ran"),
 }
 
 
@@ -116,6 +124,18 @@ class Coverage:
         for name, (reached, _) in SOMETIMES.items():
             if reached((result, events)):
                 self.sometimes[name] += 1
+
+    def add_recovery(self, result: RecoveryResult, sites: list[str], interrupted: bool) -> None:
+        """Count one run of the recovery family; ``sites`` names each fault that fired."""
+        self.runs += 1
+        self.surroundings["recovery"] += 1
+        outcome = result.outcome.value if result.outcome else "-"
+        for record, site in zip(result.faults, sites, strict=True):
+            phase = record.get("during") or "between steps"
+            self.cells[(str(record["kind"]), phase, "execute_model", "fork", outcome)] += 1
+            self.sites[site] += 1
+        if interrupted:
+            self.sometimes[INTERRUPTED] += 1
 
     def never_reached(self) -> list[tuple[str, str]]:
         return [(name, why) for name, (_, why) in SOMETIMES.items() if not self.sometimes[name]]

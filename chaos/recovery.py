@@ -19,7 +19,9 @@ Under ``fail_stop`` the expected outcome is the old one: the engine fails, namin
 ``then`` adds a second fault that lands while the recovery runs (chaos/interrupted_recovery.py:
 ``before_live`` kills rank ``then_rank`` of the new incarnation between READY and going live,
 ``in_replay`` kills it while the requests replay); ``executor`` ("module:Class", default the
-real executor) runs a planted executor of chaos.mutants instead.
+real executor) runs a planted executor of chaos.mutants instead, ``recovery`` a planted
+``Recovery``.  ``skew`` (with ``kill``, sync, no second fault): the restarted workers load a
+changed checkpoint (chaos/skewed_restart.py), whose oracles replace "the fault-free tokens".
 
 Throughput (tokens/s, new tokens only, replayed ones not counted): ``baseline`` is the
 fault-free run on the same executor just before; ``during`` runs from the fault to the
@@ -34,12 +36,13 @@ import importlib
 import json
 import os
 import random
+import tempfile
 import time
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos import resources
+from chaos import resources, skewed_restart
 from chaos.control import trace_fault
 from chaos.faults import CorruptQueue, Fault, HangWorker, KillNode, KillWorker, PlanError, TermWorker
 from chaos.interrupted_recovery import SECOND_FAULTS, SecondFault
@@ -50,12 +53,13 @@ from executor.model.recovery import POLICIES
 
 if TYPE_CHECKING:
     from executor import ExecutorConfig, MultiprocExecutor
+    from executor.model.recovery import Recovery
 
 FAULTS = ("kill", "sigterm", "hang", "corrupt", "kill_node")
 WORKER = "executor.model.worker:ModelWorker"
 _KEYS = {"name", "fault", "rank", "steps", "policy", "tp", "pp", "async_scheduling",
          "requests", "max_tokens", "step_timeout", "recovery_bound_s", "nnodes", "node_timeout",
-         "then", "then_rank", "executor"}
+         "then", "then_rank", "executor", "recovery", "skew"}
 FAILED_WITHIN_S = 30.0  # kill_node: the executor notices the node's loss within this
 NODE_EXIT_S = 15.0  # after shutdown, an agent leaves by itself within this (else a leak)
 
@@ -79,6 +83,8 @@ class RecoveryScenario:
     then: str = ""  # a second fault during the recovery: "" (none) or one of SECOND_FAULTS
     then_rank: int = 0
     executor: str = ""  # "module:Class" of the executor ("": MultiprocExecutor)
+    recovery: str = ""  # "module:Class" of the Recovery at work ("": the policy's own)
+    skew: bool = False  # the restart loads a changed checkpoint (chaos/skewed_restart.py)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> RecoveryScenario:
@@ -122,8 +128,14 @@ class RecoveryScenario:
         if not 0 <= self.then_rank < self.tp * self.pp:
             raise PlanError(f"{where}.then_rank: {self.then_rank} is not a rank of tp {self.tp} "
                             f"x pp {self.pp}")
-        if self.executor and self.executor.count(":") != 1:
-            raise PlanError(f"{where}.executor: must be 'module:Class', got {self.executor!r}")
+        for key in ("executor", "recovery"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or (value and value.count(":") != 1):
+                raise PlanError(f"{where}.{key}: must be 'module:Class', got {value!r}")
+        if self.skew and (self.fault != "kill" or self.async_scheduling or self.then
+                          or not POLICIES[self.policy].recovers or self.nnodes > 1):
+            raise PlanError(f"{where}.skew: needs fault 'kill', policy 'restart', sync "
+                            "scheduling, one node and no second fault (chaos/skewed_restart.py)")
 
     def executor_class(self) -> type[MultiprocExecutor]:
         from executor import MultiprocExecutor
@@ -134,6 +146,17 @@ class RecoveryScenario:
         cls = getattr(importlib.import_module(module), attr, None)
         if not (isinstance(cls, type) and issubclass(cls, MultiprocExecutor)):
             raise PlanError(f"executor {self.executor!r} is not a MultiprocExecutor class")
+        return cls
+
+    def recovery_class(self) -> type[Recovery] | None:
+        from executor.model.recovery import Recovery
+
+        if not self.recovery:
+            return None
+        module, _, attr = self.recovery.partition(":")
+        cls = getattr(importlib.import_module(module), attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, Recovery)):
+            raise PlanError(f"recovery {self.recovery!r} is not a Recovery class")
         return cls
 
     def fault_step(self, seed: int) -> int:
@@ -212,7 +235,7 @@ def run_recovery(scenario: RecoveryScenario, seed: int, out: Path) -> RecoveryRe
     t0 = time.monotonic()
     reference = reference_tokens(scenario, seed)
     before = resources.snapshot()
-    run = _FaultedRun(scenario, seed)
+    run = _FaultedRun(scenario, seed, out / "skew-flag")
     run.execute(out / "nodes")
     leaks = resources.leaks(before, run.all_pids, os.getpid(), (str(out),))
     result = _judge(scenario, seed, out, run, reference, leaks, time.monotonic() - t0)
@@ -223,8 +246,11 @@ def run_recovery(scenario: RecoveryScenario, seed: int, out: Path) -> RecoveryRe
 class _FaultedRun:
     """The engine under one fault; what the oracles need, collected."""
 
-    def __init__(self, scenario: RecoveryScenario, seed: int) -> None:
+    def __init__(self, scenario: RecoveryScenario, seed: int, skew_flag: Path | None = None) -> None:
         self.scenario, self.seed = scenario, seed
+        # created at the fault when the scenario skews (run_recovery puts it in its out dir)
+        self.skew_flag = skew_flag or Path(tempfile.gettempdir()) / f"faultlab-skew-{os.getpid()}"
+        self.kept: dict[str, list[int]] = {}  # each unfinished request's tokens at the fault
         self.step = scenario.fault_step(seed)
         self.outputs: dict[str, list[int]] = {}
         self.errors: dict[str, str] = {}
@@ -242,11 +268,15 @@ class _FaultedRun:
         from executor import ExecutorConfig
 
         s = self.scenario
-        return ExecutorConfig(worker=WORKER, tensor_parallel_size=s.tp, pipeline_parallel_size=s.pp,
+        kwargs: dict[str, Any] = {"seed": self.seed, "collective_timeout_s": 30}
+        if s.skew:
+            self.skew_flag.unlink(missing_ok=True)
+            kwargs[skewed_restart.FLAG_KEY] = str(self.skew_flag)
+        return ExecutorConfig(worker=skewed_restart.WORKER if s.skew else WORKER,
+                              tensor_parallel_size=s.tp, pipeline_parallel_size=s.pp,
                               start_method="fork", async_scheduling=s.async_scheduling,
                               nnodes=s.nnodes, node_timeout=s.node_timeout,
-                              heartbeat_interval=min(0.2, s.node_timeout / 4),
-                              worker_kwargs={"seed": self.seed, "collective_timeout_s": 30})
+                              heartbeat_interval=min(0.2, s.node_timeout / 4), worker_kwargs=kwargs)
 
     def execute(self, nodes_dir: Path) -> None:
         with RemoteNodes(self.config(), nodes_dir) as nodes:
@@ -266,7 +296,7 @@ class _FaultedRun:
 
     def _run(self, ex: MultiprocExecutor) -> None:
         from executor.model.engine import EngineFailedError, LLMEngine
-        from executor.model.recovery import policy_named
+        from executor.model.recovery import Restart, policy_named
 
         s = self.scenario
         self.all_pids += ex.worker_pids
@@ -275,7 +305,11 @@ class _FaultedRun:
         baseline = LLMEngine(ex, step_timeout=s.step_timeout)
         self.baseline = baseline.generate(prompts, s.max_tokens)
         self.marks["baseline"] = (time.perf_counter() - started, baseline.stats.generated_tokens)
-        self.engine = LLMEngine(ex, step_timeout=s.step_timeout, recovery=policy_named(s.policy))
+        policy = policy_named(s.policy)
+        self.engine = LLMEngine(ex, step_timeout=s.step_timeout, recovery=policy)
+        planted = s.recovery_class()
+        if planted is not None and isinstance(policy, Restart):
+            self.engine.recovery = planted(policy)
         futures = {rid: self.engine.add_request(rid, p, s.max_tokens) for rid, p in prompts.items()}
         try:
             self._loop(ex)
@@ -296,6 +330,10 @@ class _FaultedRun:
             if self.fault_at is None and self.engine.stats.steps >= self.step:
                 self.fault_at = time.perf_counter()
                 self.marks["fault"] = (self.fault_at, self.engine.stats.generated_tokens)
+                self.kept = {r.request_id: list(r.output_token_ids)
+                             for r in self.engine.unfinished_requests}
+                if self.scenario.skew:
+                    self.skew_flag.touch()  # read by the next incarnation's workers
                 inject(ex, self.scenario.fault, self.scenario.rank, nodes=self.nodes)
                 if self.second is not None:
                     self.second.arm()
@@ -411,9 +449,13 @@ def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[in
                                             f"got {len(run.errors)} failed"))
         return v
     v += [Violation("finished", f"request {rid} did not finish: {e}") for rid, e in run.errors.items()]
-    v += [Violation("tokens", f"request {rid}: tokens differ from the fault-free run's")
-          for rid, tokens in run.outputs.items() if tokens != reference.get(rid)]
-    if recovery is not None and recovery.mismatches:
+    if s.skew:  # the new model's tokens may differ: its own oracles
+        v += skewed_restart.violations(run.skew_flag, run.kept, prompts_for(s, run.seed),
+                                       run.outputs, recovery)
+    else:
+        v += [Violation("tokens", f"request {rid}: tokens differ from the fault-free run's")
+              for rid, tokens in run.outputs.items() if tokens != reference.get(rid)]
+    if not s.skew and recovery is not None and recovery.mismatches:
         v.append(Violation("tokens", f"{recovery.mismatches} rebuilt token(s) differed"))
     latency = result.detection_latency_s
     if result.recovered and (latency is None or latency > s.recovery_bound_s):

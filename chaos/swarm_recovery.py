@@ -5,8 +5,13 @@ fault that lands while the recovery runs ("recovery itself was interrupted").
     seed ──random.Random("faultlab-swarm-recovery:SEED")──► with RECOVERY_P: RecoveryScenario
         fault   one of FIRST (kill, sigterm, hang with a 1 s step timeout, corrupt) on a drawn
                 rank, after a seeded step in STEPS (chaos.recovery draws it from the seed)
-        then    none, before_live or in_replay (chaos/interrupted_recovery.py) on a drawn rank
+        then    none, before_live or in_replay (chaos/interrupted_recovery.py) on a drawn
+                rank, or skew: a kill whose restart loads a changed checkpoint
+                (chaos/skewed_restart.py; sync scheduling, no second fault)
         layout  tp 2 (fork), async scheduling with ASYNC_P; REQUESTS x MAX_TOKENS tokens
+        aimed   at a planted executor (``executor``) or a planted Recovery of chaos.mutants
+                (``recovery``: CountsNoMismatch, KeepsRebuiltToken), which only this family
+                runs (``planted``)
       else None: the seed's plain swarm (chaos.swarm.draw), which this never touches: its
       own random stream, so a plain seed draws the same swarm as before this family existed
 
@@ -26,6 +31,7 @@ Left out: ``kill_node`` (a `faultlab worker` agent per scenario; the recovery su
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import random
 from pathlib import Path
@@ -36,7 +42,7 @@ from chaos.recovery import RecoveryResult, RecoveryScenario, run_recovery
 
 RECOVERY_P = 0.1  # a seed draws this family with this probability
 FIRST = ("kill", "kill", "sigterm", "hang", "corrupt")
-THEN = ("", "before_live", "before_live", "in_replay")  # before_live: the new failpoint's
+THEN = ("", "before_live", "before_live", "in_replay", "skew")  # skew: not a second fault
 ASYNC_P = 0.3
 STEPS = (2, 6)
 REQUESTS, MAX_TOKENS = 3, 12
@@ -44,21 +50,37 @@ STEP_TIMEOUT_S = 5.0  # a step that waits on a dead worker of a bad restart fail
 RECOVERY_BOUND_S = 20.0  # two start-ups of a model worker on a loaded 2-core machine
 WORLD_SIZE = 2
 SITES = tuple(f"recovery:{f}" for f in dict.fromkeys(FIRST)) + tuple(
-    f"recovery:then={w}" for w in SECOND_FAULTS)
+    f"recovery:then={w}" for w in SECOND_FAULTS) + ("recovery:skew",)
 
 
-def draw(seed: int, executor: str = "") -> RecoveryScenario | None:
-    """The recovery scenario of ``seed``, or None for a plain swarm seed (deterministic)."""
+def draw(seed: int, mutant: str = "") -> RecoveryScenario | None:
+    """The recovery scenario of ``seed``, or None for a plain swarm seed (deterministic);
+    ``mutant`` ("module:Class", a planted executor or Recovery) runs in it."""
     rng = random.Random(f"faultlab-swarm-recovery:{seed}")
     if rng.random() >= RECOVERY_P:
         return None
     fault, rank = rng.choice(FIRST), rng.randrange(WORLD_SIZE)
     then, then_rank = rng.choice(THEN), rng.randrange(WORLD_SIZE)
+    sync = rng.random() >= ASYNC_P
+    skew = then == "skew"
+    fault, then, sync = ("kill", "", True) if skew else (fault, then, sync)
     return RecoveryScenario(
         f"recovery-{seed}", fault=fault, rank=rank, steps=STEPS, tp=WORLD_SIZE,
-        async_scheduling=rng.random() < ASYNC_P, requests=REQUESTS, max_tokens=MAX_TOKENS,
+        async_scheduling=not sync, requests=REQUESTS, max_tokens=MAX_TOKENS,
         step_timeout=1.0 if fault == "hang" else STEP_TIMEOUT_S,
-        recovery_bound_s=RECOVERY_BOUND_S, then=then, then_rank=then_rank, executor=executor)
+        recovery_bound_s=RECOVERY_BOUND_S, then=then, then_rank=then_rank, skew=skew,
+        executor="" if planted(mutant) else mutant, recovery=mutant if planted(mutant) else "")
+
+
+def planted(mutant: str) -> bool:
+    """``mutant`` names a planted Recovery (not an executor): only this family can run it."""
+    from executor.model.recovery import Recovery
+
+    if not mutant:
+        return False
+    module, _, attr = mutant.partition(":")
+    cls = getattr(importlib.import_module(module), attr, None)
+    return isinstance(cls, type) and issubclass(cls, Recovery)
 
 
 def judge(scenario: RecoveryScenario, seed: int, where: Path) -> tuple[RecoveryResult, list[str]]:
@@ -80,11 +102,14 @@ def schedule_length(scenario: RecoveryScenario) -> int:
 def describe(scenario: RecoveryScenario) -> str:
     """"kill rank 1, then before_live rank 0", for a finding's line."""
     then = f", then {scenario.then} rank {scenario.then_rank}" if scenario.then else ""
-    return f"{scenario.fault} rank {scenario.rank}{then}"
+    skew = ", the restart loads a changed checkpoint" if scenario.skew else ""
+    return f"a generation: {scenario.fault} rank {scenario.rank}{then}{skew}"
 
 
-def sites_hit(result: RecoveryResult) -> list[str]:
-    """The coverage sites of the faults that fired in ``result``."""
+def sites_hit(result: RecoveryResult, scenario: RecoveryScenario) -> list[str]:
+    """The coverage sites of the faults that fired in ``result`` (a skew counts as one)."""
+    if scenario.skew:
+        return ["recovery:skew" for _ in result.faults]
     return [f"recovery:then={r['then']}" if r.get("second") else f"recovery:{r['kind']}"
             for r in result.faults]
 

@@ -8,6 +8,10 @@ recovery (chaos.interrupted_recovery):
     the same on MissesEarlyRestartDeath         [restart]: the killed worker serves
     kill, then kill during the replay           two recoveries, fault-free tokens
     replay of a saved recovery run              reruns it: the same violation, the same faults
+    kill; the restart loads a changed           recovered; kept tokens kept, every differing
+      checkpoint (skew), the real Recovery      rebuilt token counted
+    the same on CountsNoMismatch                [mismatches]: differing tokens went uncounted
+    the same on KeepsRebuiltToken               [tokens]: a kept token changed
     a finding's shrink and its regressions row  the second fault dropped; a [[recovery]] table
                                                 chaos run loads back
 """
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import swarm_recovery
+from chaos import skewed_restart, swarm_recovery
 from chaos.faults import PlanError
 from chaos.recovery import RecoveryScenario, run_recovery
 from chaos.regressions import append_scenario
@@ -41,7 +45,7 @@ def test_a_seeds_recovery_draw_is_the_same_every_time() -> None:
     assert draws == [swarm_recovery.draw(seed) for seed in range(300)]
     drawn = [d for d in draws if d is not None]
     assert 10 <= len(drawn) <= 60, f"{len(drawn)} of 300 seeds drew the recovery family"
-    assert {d.then for d in drawn} == {"", "before_live", "in_replay"}
+    assert {d.then for d in drawn} == {"", "before_live", "in_replay"} and any(d.skew for d in drawn)
     for d in drawn:
         d.check(d.name)
 
@@ -74,6 +78,24 @@ def test_a_kill_during_the_replay_costs_a_second_recovery(tmp_path: Path) -> Non
     assert saved["recovered"] and saved["requests_lost"] == 0
 
 
+@pytest.mark.parametrize("recovery, caught", [
+    ("", None),
+    ("chaos.mutants:CountsNoMismatch", "[mismatches]"),
+    ("chaos.mutants:KeepsRebuiltToken", "a kept token changed"),
+], ids=["real", "CountsNoMismatch", "KeepsRebuiltToken"])
+def test_a_skewed_restart_keeps_and_counts_rebuilt_tokens(tmp_path: Path, recovery: str,
+                                                          caught: str | None) -> None:
+    scenario = RecoveryScenario("skew", fault="kill", rank=1, skew=True, recovery=recovery,
+                                **SMALL)  # type: ignore[arg-type]
+    result = run_recovery(scenario, 3, tmp_path)
+    problems = [str(v) for v in result.violations]
+    assert skewed_restart.sampled(tmp_path / "skew-flag"), "the new incarnation never skewed"
+    if caught is None:
+        assert result.ok and result.recovered and result.tokens_recomputed > 0, problems
+    else:
+        assert any(caught in p for p in problems), problems
+
+
 def test_a_finding_shrinks_to_its_first_fault_and_is_filed(tmp_path: Path) -> None:
     scenario = interrupted("before_live", MUTANT)
     [shrunk] = swarm_recovery.candidates(scenario)
@@ -90,6 +112,8 @@ def test_a_finding_shrinks_to_its_first_fault_and_is_filed(tmp_path: Path) -> No
     ({"then": "before_live", "policy": "fail_stop"}, "needs policy 'restart'"),
     ({"then": "before_live", "then_rank": 2}, "then_rank: 2 is not a rank"),
     ({"executor": "nocolon"}, "must be 'module:Class'"),
+    ({"skew": True, "async_scheduling": True}, "skew: needs fault 'kill'"),
+    ({"skew": True, "fault": "hang"}, "skew: needs fault 'kill'"),
 ])
 def test_a_bad_second_fault_is_a_plan_error(table: dict[str, object], message: str) -> None:
     with pytest.raises(PlanError, match=message):

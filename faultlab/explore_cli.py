@@ -33,19 +33,22 @@ def duration(text: str) -> float:
 
 
 def mutant_names() -> list[str]:
-    """The planted executors of chaos.mutants (subclasses of MultiprocExecutor)."""
+    """The planted executors of chaos.mutants (subclasses of MultiprocExecutor) and planted
+    recoveries (subclasses of the model's Recovery: only the recovery family runs them)."""
     import chaos.mutants as mutants
     from executor import MultiprocExecutor
+    from executor.model.recovery import Recovery
 
+    bases = (MultiprocExecutor, Recovery)
     return sorted(name for name, value in vars(mutants).items()
-                  if isinstance(value, type) and issubclass(value, MultiprocExecutor)
-                  and value is not MultiprocExecutor and not name.startswith("_"))
+                  if isinstance(value, type) and issubclass(value, bases)
+                  and value not in bases and not name.startswith("_"))
 
 
 def mutant(text: str) -> str:
     names = mutant_names()
     if text not in names:
-        raise argparse.ArgumentTypeError(f"no executor mutant {text!r} in chaos.mutants; "
+        raise argparse.ArgumentTypeError(f"no executor mutant {text!r} (nor Recovery) in chaos.mutants; "
                                          f"known: {', '.join(names)}")
     return text
 
@@ -65,7 +68,8 @@ def configure(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          help="the executor to explore: faultlab (the only one explore drives so far)")
     explore.add_argument("--mutant", type=mutant, default=None,
                          help="aim at a planted bug: a class of chaos.mutants (SkipsChecksum, "
-                              "NoSigkill, SwallowsDeath, IgnoresRequestIds, ...)")
+                              "NoSigkill, SwallowsDeath, IgnoresRequestIds, ...; a planted "
+                              "Recovery such as CountsNoMismatch runs in recovery seeds only)")
     explore.add_argument("--seed", type=int, default=0, help="the first swarm seed (default 0)")
     explore.add_argument("--shrink-runs", type=int_in(0, 10000), default=40,
                          help="at most this many runs to shrink each finding (default 40)")

@@ -270,7 +270,7 @@ class _FaultedRun:
         s = self.scenario
         kwargs: dict[str, Any] = {"seed": self.seed, "collective_timeout_s": 30}
         if s.skew:
-            self.skew_flag.unlink(missing_ok=True)
+            skewed_restart.reset(self.skew_flag)
             kwargs[skewed_restart.FLAG_KEY] = str(self.skew_flag)
         return ExecutorConfig(worker=skewed_restart.WORKER if s.skew else WORKER,
                               tensor_parallel_size=s.tp, pipeline_parallel_size=s.pp,

@@ -34,6 +34,12 @@ WORKER = "chaos.skewed_worker:SkewedRestartWorker"  # torch is imported only by 
 FLAG_KEY = "skew_flag"  # worker_kwargs: the flag file's path
 
 
+def reset(flag: Path) -> None:
+    """No flag, no log: a run into a directory used before starts unskewed and unlogged."""
+    flag.unlink(missing_ok=True)
+    Path(str(flag) + ".jsonl").unlink(missing_ok=True)
+
+
 def sampled(flag: Path) -> list[tuple[str, int, int]]:
     """What the skewed workers sampled: (request, input position, token), in order."""
     path = Path(str(flag) + ".jsonl")

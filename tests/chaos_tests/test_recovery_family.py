@@ -92,6 +92,8 @@ def test_a_skewed_restart_keeps_and_counts_rebuilt_tokens(tmp_path: Path, recove
     assert skewed_restart.sampled(tmp_path / "skew-flag"), "the new incarnation never skewed"
     if caught is None:
         assert result.ok and result.recovered and result.tokens_recomputed > 0, problems
+        again = run_recovery(scenario, 3, tmp_path)  # the same directory: a fresh log
+        assert again.ok, again.violations
     else:
         assert any(caught in p for p in problems), problems
 

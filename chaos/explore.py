@@ -33,9 +33,9 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from xml.etree import ElementTree as ET
 
 import psutil
@@ -72,8 +72,13 @@ class Verdict:
 
     @property
     def signature(self) -> frozenset[str]:
-        return frozenset(p.split("]")[0].lstrip("[") if p.startswith("[") else p.split(":")[0]
-                         for p in self.problems)
+        return signature_of(self.problems)
+
+
+def signature_of(problems: list[str]) -> frozenset[str]:
+    """The invariants and history classes ``problems`` break (a finding's identity)."""
+    return frozenset(p.split("]")[0].lstrip("[") if p.startswith("[") else p.split(":")[0]
+                     for p in problems)
 
 
 @dataclasses.dataclass
@@ -272,14 +277,30 @@ def _fixed_triggers(scenario: Scenario, seed: int) -> Scenario | None:
     return dataclasses.replace(scenario, faults=tuple(faults))
 
 
-def write_junit(findings: list[Finding], runs: int, path: Path, wall_s: float) -> None:
-    suite = ET.Element("testsuite", name="chaos.explore", tests=str(max(1, len(findings))),
+class Reported(Protocol):
+    """What a JUnit case is written from (a Finding, or a chaos.targets.explore finding)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def flaky(self) -> bool: ...
+    @property
+    def found_after_s(self) -> float: ...
+    @property
+    def problems(self) -> list[str]: ...
+    @property
+    def run_dir(self) -> Path: ...
+
+
+def write_junit(findings: Sequence[Reported], runs: int, path: Path, wall_s: float,
+                classname: str = "chaos.explore") -> None:
+    suite = ET.Element("testsuite", name=classname, tests=str(max(1, len(findings))),
                        failures=str(sum(not f.flaky for f in findings)),
                        errors="0", skipped=str(sum(f.flaky for f in findings)), time=f"{wall_s:.3f}")
     if not findings:
-        ET.SubElement(suite, "testcase", classname="chaos.explore", name=f"explored {runs} scenarios")
+        ET.SubElement(suite, "testcase", classname=classname, name=f"explored {runs} scenarios")
     for f in findings:
-        case = ET.SubElement(suite, "testcase", classname="chaos.explore", name=f.name,
+        case = ET.SubElement(suite, "testcase", classname=classname, name=f.name,
                              time=f"{f.found_after_s:.3f}")
         tag = "skipped" if f.flaky else "failure"
         node = ET.SubElement(case, tag, message=("flaky: " if f.flaky else "") + f.problems[0][:200])

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultlab import explore_cli
+from faultlab import explore_cli, explore_target_cli
 from faultlab.usage import (
     UsageError,
     dir_problem,
@@ -253,6 +253,8 @@ def _replay(args: argparse.Namespace) -> int:
     from chaos.runner import print_summary, run_one
 
     source = args.scenario_dir
+    if explore_target_cli.is_target_run(source):  # a run of explore --target (a peer's)
+        return explore_target_cli.replay(source, _replay_out(args, source))
     recovery = _load_saved_recovery(source)
     if recovery is not None:
         return _replay_recovery(source, _replay_out(args, source), *recovery)

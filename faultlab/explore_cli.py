@@ -1,6 +1,6 @@
 """``faultlab chaos explore``: search the fault space for a while (chaos.explore).
 
-    faultlab chaos explore --budget 5m --out DIR [--mutant NAME] [--seed N] [--target faultlab]
+    faultlab chaos explore --budget 5m --out DIR [--mutant NAME] [--seed N] [--target NAME]
                            [--shrink-runs N] [--reproductions N] [--max-findings N]
                            [--regressions PATH]
 
@@ -8,7 +8,9 @@ Writes DIR/scenarios/swarm-SEED/ (each run, its history.jsonl), DIR/findings/, D
 DIR/coverage.json, DIR/junit.xml and DIR/explore.json.  A finding on the real executor is
 filed in chaos/suites/regressions.toml (which ``faultlab chaos run`` replays first); aimed
 at a mutant, in DIR/regressions.toml.  Exit status: 0 when nothing was found, 1 when
-something was (flaky findings included), 2 for a usage error.
+something was (flaky findings included), 2 for a usage error.  ``--target`` another chaos
+target (processpool, loky, pebble, ray, vllm) explores it from outside instead
+(faultlab.explore_target_cli); ``--mutant`` is faultlab's only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from faultlab.usage import UsageError, int_in, output_dir, output_file, write_stdout
+from faultlab.usage import int_in, output_dir, output_file, write_stdout
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -65,7 +67,9 @@ def configure(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     explore.add_argument("--out", type=output_dir, required=True,
                          help="directory for histories, findings, coverage and junit.xml")
     explore.add_argument("--target", default="faultlab",
-                         help="the executor to explore: faultlab (the only one explore drives so far)")
+                         help="the executor to explore: faultlab (default: its failpoints, "
+                              "swarm and mutants), or processpool, loky, pebble, ray, vllm "
+                              "(outside faults drawn per seed: chaos.targets.swarm)")
     explore.add_argument("--mutant", type=mutant, default=None,
                          help="aim at a planted bug: a class of chaos.mutants (SkipsChecksum, "
                               "NoSigkill, SwallowsDeath, IgnoresRequestIds, ...; a planted "
@@ -87,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
     from chaos.regressions import REGRESSIONS
 
     if args.target != "faultlab":
-        raise UsageError(f"--target {args.target}: explore drives faultlab's executor only so "
-                         "far (its failpoints and histories); use 'faultlab chaos compare' for "
-                         "the other targets")
+        from faultlab import explore_target_cli
+
+        return explore_target_cli.run(args)
     executor = f"chaos.mutants:{args.mutant}" if args.mutant else ""
     regressions = args.regressions or (None if args.mutant else REGRESSIONS)
     sys.stderr.write(f"chaos explore: {'mutant ' + args.mutant if args.mutant else 'the real executor'}"

@@ -341,8 +341,9 @@ class _FaultedRun:
 
     def _mark_first_token(self) -> None:
         records = self.engine.recovery.records if self.engine.recovery is not None else []
-        if "first" not in self.marks and records and records[0].first_token_at is not None:
-            self.marks["first"] = (records[0].first_token_at, self.engine.stats.generated_tokens)
+        first = next((r.first_token_at for r in records if r.first_token_at is not None), None)
+        if "first" not in self.marks and first is not None:  # a second recovery's, if interrupted
+            self.marks["first"] = (first, self.engine.stats.generated_tokens)
 
     def throughput(self) -> tuple[float | None, float | None, float | None]:
         """Tokens/s: the fault-free baseline, during recovery, after it (module docstring)."""

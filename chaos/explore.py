@@ -263,18 +263,27 @@ def candidates(scenario: Scenario, seed: int) -> list[Scenario]:
 
 
 def _fixed_triggers(scenario: Scenario, seed: int) -> Scenario | None:
-    """Each probability fault on the first call its seed drew (seed-free, one firing)."""
+    """Each probability fault on the first call its seed drew (seed-free, one firing); an
+    outside_reaper due at 0 (it reaps until shutdown, so from the start covers any later
+    start, and a workload shrunk to one short call cannot end before it fires)."""
     resolved = scenario.plan(seed).resolve()
-    if not any(f.probability is not None for f in scenario.faults):
+    if not any(f.probability is not None or _reaper_due_later(f) for f in scenario.faults):
         return None
     faults = []
     for fault, r in zip(scenario.faults, resolved, strict=True):
+        if _reaper_due_later(fault):
+            faults.append(dataclasses.replace(fault, at=0.0))
+            continue
         if fault.probability is None or not r.calls:
             faults.append(fault)
             continue
         data = {k: v for k, v in fault.to_dict().items() if k not in ("probability", "calls_of")}
         faults.append(fault_from_dict({**data, "on_call": [r.method, min(r.calls)]}))
     return dataclasses.replace(scenario, faults=tuple(faults))
+
+
+def _reaper_due_later(fault: Any) -> bool:
+    return fault.kind == "outside_reaper" and fault.at not in (0, 0.0, None)
 
 
 class Reported(Protocol):

@@ -2,6 +2,7 @@
 
     Injector.start() ── timer thread ── at t0 + at_s ──► external fault: signal / helper now
                                                      └─► internal fault: arm-<i>-any (a worker fires it)
+                    (an outside_reaper due at 0 starts in start() itself, before any call)
     CallCounter (driver failpoint) ── k-th call enqueued ──► Injector.fire(r, info)
     KillNode ── node_tree(node) (chaos.nodes) ──► SIGKILL / SIGSTOP every pid of the tree at once
 
@@ -70,7 +71,9 @@ class Injector:
         self.pids = list(pids)
         self.t0 = time.monotonic()
         for r in self.resolved:
-            if r.at_s is not None:
+            if r.at_s == 0.0 and isinstance(r.fault, OutsideReaper):
+                self._due(r)  # here and now: a call as short as a shrunk workload's runs under it
+            elif r.at_s is not None:
                 self._schedule(r.at_s, functools.partial(self._due, r))
         self._thread.start()
 

@@ -61,12 +61,10 @@ def test_a_death_under_an_outside_reaper_is_named(tmp_path, mode, start_method):
     assert result.shutdown_s is not None and result.shutdown_s < 1.5
 
 
-# "reap" races a reaper thread that polls every 2 ms against the mutant's own waitpid: when
-# the mutant reaps first it behaves like a correct executor and there is nothing to catch
-# (seen in 2 of 3 runs on a loaded machine).  "ignore" (the kernel reaps) is deterministic.
-_RACY_REAP = pytest.mark.xfail(strict=False, reason="the mutant's own waitpid may win the race "
-                               "against the 2 ms reaper thread: then nothing was reaped elsewhere")
-MUTANT_MODES = [pytest.param(m, marks=_RACY_REAP) if m == "reap" else m for m in REAPER_MODES]
+# Both modes catch the mutant every time: "ignore" (the kernel reaps) and "reap" (a thread
+# blocked in waitpid(-1) reaps each child as it exits, before the mutant's own waitpid can;
+# a 2 ms poll lost that race in about half the runs, and the test was an xfail then).
+MUTANT_MODES = REAPER_MODES
 
 
 @pytest.mark.parametrize("mode", MUTANT_MODES)
@@ -88,7 +86,7 @@ def test_the_outside_reaper_catches_a_death_the_broken_executor_misreports(tmp_p
                           executor_class=broken.TrustsWaitpid)
     found = {v.invariant for v in result.violations}
     assert "leak" in found and found & {"callback", "shutdown"}, result.violations
-    if mode == "ignore":  # a reaping handler may beat the monitor's waitpid, or not
+    if mode == "ignore":  # the monitor, woken by the sentinel, may ask before the reaper reaps
         assert "death" in found, result.violations
 
 
@@ -103,3 +101,45 @@ def test_without_an_outside_reaper_the_broken_executor_passes(tmp_path):
 def test_an_outside_reaper_checks_its_mode():
     with pytest.raises(PlanError, match="mode must be one of"):
         OutsideReaper(mode="sometimes")
+
+
+# ---------------------------------------------------------------- explore's shrunk reaper
+# explore found TrustsWaitpid under a swarm's outside_reaper (due in the first 0.15 s) and
+# reproduced it 0 of 3: shrunk to one short call, the workload ended before the reaper was
+# due, so it never fired; and when it did, a 2 ms reaper thread often lost the race to the
+# mutant's own waitpid.  The shrink pins the reaper at 0, which the injector starts before
+# any call, and the reaper blocks in waitpid(-1).
+
+def _reaper_scenario(at, executor="chaos.mutants:TrustsWaitpid", calls=1):
+    from chaos import swarm
+    from chaos.suites import Scenario
+    from chaos.workloads import CallSpec
+
+    return Scenario("reaper", {**swarm.CONFIG, "start_method": "fork"},
+                    (OutsideReaper(at=at, mode="reap"),), "standard",
+                    tuple(CallSpec("echo", (f"c{i}",), 1.0) for i in range(calls)), "auto",
+                    (0,), executor)
+
+
+def test_the_shrink_pins_a_reaper_at_0():
+    from chaos.explore import candidates
+
+    boldest = candidates(_reaper_scenario((0.0, 0.15), calls=2), seed=3)[0]
+    assert boldest.faults == (OutsideReaper(at=0.0, mode="reap"),)
+    assert candidates(_reaper_scenario(0.0, calls=2), seed=3)[0].faults == ()  # nothing to pin
+
+
+@pytest.mark.parametrize("executor", ["chaos.mutants:TrustsWaitpid", ""])
+def test_a_reaper_due_at_0_is_there_for_one_short_call(tmp_path, executor):
+    """The shrunk schedule (a reaper at 0, one echo) finds the mutant every time, and
+    nothing on the real executor."""
+    from chaos.explore import judge
+
+    for k in range(2):
+        verdict = judge(_reaper_scenario(0.0, executor), 3, tmp_path / str(k))
+        [fired] = verdict.result.faults
+        assert fired["time_ns"] < verdict.result.calls[0].start_ns, fired
+        if executor:
+            assert {"leak", "shutdown"} <= verdict.signature, verdict.problems
+        else:
+            assert verdict.problems == []

@@ -258,8 +258,25 @@ def candidates(scenario: Scenario, seed: int) -> list[Scenario]:
                                        may_not_fire=tuple(range(len(faults)))))
     for j in reversed(range(len(scenario.calls))):
         if len(scenario.calls) > 1:
-            out.append(dataclasses.replace(scenario, calls=scenario.calls[:j] + scenario.calls[j + 1:]))
+            out.append(_without_call(scenario, j))
     return out
+
+
+def _without_call(scenario: Scenario, j: int) -> Scenario:
+    """``scenario`` without call ``j``; an ``on_call`` fault still hits the call it hit (its
+    count moves down past the dropped call), or, when it hit call ``j``, the next call of
+    the same kind."""
+    dropped = scenario.calls[j].method
+    faults = []
+    for fault in scenario.faults:
+        if fault.on_call is not None:
+            method, k = fault.on_call
+            before = sum(method in ("*", c.method) for c in scenario.calls[:j])
+            if method in ("*", dropped) and before < k - 1:
+                fault = dataclasses.replace(fault, on_call=(method, k - 1))
+        faults.append(fault)
+    return dataclasses.replace(scenario, calls=scenario.calls[:j] + scenario.calls[j + 1:],
+                               faults=tuple(faults))
 
 
 def _fixed_triggers(scenario: Scenario, seed: int) -> Scenario | None:

@@ -289,7 +289,8 @@ class StarveMemory(Fault):
     megabytes: int = 256
 
 
-INTERRUPT_PHASES = ("mid_request", "mid_reply", "before_unpickle_reply")
+INTERRUPT_PHASES = ("mid_request", "mid_reply", "before_unpickle_reply", "before_publish",
+                    "after_written")
 FORK_MODES = ("exit", "linger", "call")
 
 
@@ -300,7 +301,11 @@ class InterruptDriver(Fault):
     Phase "signal": from a chaos thread at ``at`` (or just after the triggering call is
     enqueued); "mid_request": inside the driver, mid-stream of a multi-chunk request;
     "mid_reply": sent by rank ``rank`` mid-stream of its multi-chunk reply;
-    "before_unpickle_reply": in the driver, a reply in hand, before it is unpickled.
+    "before_unpickle_reply": in the driver, a reply in hand, before it is unpickled;
+    "before_publish": inside the request's publish, the chunk complete but not yet visible;
+    "after_written": inside it once the chunk is visible (its written flag set, the published
+    counter not yet moved), after a pause in which the workers take it
+    (chaos.publish_interrupts: a publish cut either side of going visible).
     The caller must see KeyboardInterrupt and the executor must stay usable and in step.
     Needs ``run_scenario`` on the main thread (only it receives SIGINT).
     """

@@ -14,6 +14,8 @@
         │                       asks and the executor never fails (a failure nothing
         │                       planned is a finding, never a pass)
         ├─ planned_faults_fired every planned fault fired, unless declared may_not_fire
+        ├─ damage_has_a_cause   a queue found damaged had a corrupt_queue fault fire (any
+                                other "damaged" verdict is the queue's own false alarm)
         └─ chaos.edge_oracles   the edges of its use: declared call outcomes,
                                 Ctrl-C, forks, back-pressure, a callback on every failure
 
@@ -236,10 +238,28 @@ def planned_faults_fired(run: RunRecord) -> list[Violation]:
 
 
 
+# How the executor words a damaged ring (QueueCorruptedError, a worker's exit cause).
+DAMAGE_WORDS = ("cannot be trusted", "found its shared-memory queue damaged")
+
+
+def damage_has_a_cause(run: RunRecord) -> list[Violation]:
+    """Only ``corrupt_queue`` damages a ring: a damage verdict with none fired is a false
+    alarm of the queue's own checks (a healthy reader blamed: chaos.mutants.ProgressOneAhead),
+    whatever else fired; the outcome oracle would see it too, but explore ignores outcomes."""
+    if any(f["kind"] == "corrupt_queue" for f in run.faults):
+        return []
+    texts = [run.failed_before_shutdown or "", *(c.error for c in run.calls)]
+    said = next((t for t in texts if any(w in t for w in DAMAGE_WORDS)), None)
+    if said is None:
+        return []
+    return [Violation("damage", f"a queue was found damaged with no corrupt_queue fault fired: "
+                                f"{said[:300]}")]
+
+
 ALL_ORACLES: tuple[Oracle, ...] = (
     results_correct, deadlines_met, failure_detected, callback_once, futures_in_order,
     nothing_leaked, shutdown_bounded, never_hung, outcome_matches, fault_free_stays_fault_free,
-    planned_faults_fired, *edge_oracles.ORACLES,
+    planned_faults_fired, damage_has_a_cause, *edge_oracles.ORACLES,
 )
 
 

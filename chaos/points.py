@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from chaos import surroundings
+from chaos import publish_interrupts, surroundings
 from chaos.control import ENV_VAR, ControlDir
 from chaos.faults import CorruptQueue, Fault, HangWorker, RaiseInWorker, SlowWorker
 from chaos.plan import ResolvedFault
@@ -164,10 +164,14 @@ ACTIONS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
 # interrupt_driver, by phase: where it fires, and who sends the SIGINT.
 _INTERRUPT_POINTS = {"mid_request": ("driver", "queue.mid_chunk_write"),
                      "mid_reply": ("worker", "queue.mid_chunk_write"),
-                     "before_unpickle_reply": ("driver", "driver.after_dequeue")}
+                     "before_unpickle_reply": ("driver", "driver.after_dequeue"),
+                     "before_publish": ("driver", "queue.before_publish"),
+                     "after_written": ("driver", "queue.before_publish")}
 _INTERRUPTS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "mid_request": surroundings.interrupt_self, "before_unpickle_reply": surroundings.interrupt_self,
     "mid_reply": surroundings.interrupt_driver_from_worker,
+    "before_publish": surroundings.interrupt_self,
+    "after_written": publish_interrupts.interrupt_once_visible,
 }
 DAMAGE: dict[str, Callable[[ChunkMeta, memoryview, int, int], None]] = {
     "flip_payload": _flip_payload, "truncate": _truncate, "clobber_seq": _clobber_seq,

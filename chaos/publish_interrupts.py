@@ -16,13 +16,22 @@ Why the pause: chaos.interrupt_sweep checks at once after each interrupt, so the
 usually slept through the cut and not taken the chunk, and a wrongly redone publish harms no
 one (chaos.mutants.RedoesVisiblePublish then goes unseen).  Every call is recorded with its
 expectation (``check="interrupt"``, ``expect_errors=OK``); chaos.edge_oracles judges them.
+
+The same cut as a fault (``interrupt_driver`` at phase ``after_written``, which the swarm
+draws beside any other fault): ``interrupt_once_visible`` runs at the driver's
+queue.before_publish and arms a one-shot trace; as the writer calls ``_published`` (its written
+flag just set, the published counter not yet moved) it pauses SETTLE_S, then SIGINTs the
+driver, so the KeyboardInterrupt lands right there, as a Ctrl-C does (the scenario's handler).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from chaos.interrupt_sweep import Tracer, traced
@@ -82,3 +91,16 @@ def interrupt_publish(ex: RecordingExecutor) -> None:
 
 
 interrupt_publish.needs_main_thread = True  # type: ignore[attr-defined]
+
+
+def interrupt_once_visible(fault: Any, ctx: dict[str, Any]) -> None:
+    """A failpoint action (queue.before_publish, in the driver): Ctrl-C as the writer next
+    calls ``_published``, after a pause in which sleeping workers wake and take the chunk."""
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == "_published":
+            sys.settrace(None)
+            time.sleep(SETTLE_S)
+            os.kill(os.getpid(), signal.SIGINT)  # raised here: the frame never runs
+
+    sys.settrace(on_call)

@@ -16,6 +16,9 @@ driver that is killed mid-call.  One is drawn per seed (chaos.swarm.draw), by we
         "driver_killed"    the drawn calls and faults, then a long call (a sleep, or C code
                            holding the GIL) during which the driver is SIGKILLed (the run
                            goes through a driver subprocess, chaos.driver_run)
+        "small_ring"       the drawn calls and faults, every call non_block, on queues of
+                           2 chunks: the request ring is full behind any call slower than
+                           the next two, so the writer waits on its readers (and judges them)
     Surrounding.shape(rng, calls, faults) ──► (workload, calls, faults, extra config)
 
 Invariants: the same rng state gives the same shape (no clock, no environment); every shape
@@ -35,6 +38,7 @@ from chaos.workloads import CallSpec
 
 NODES = {"nnodes": 2, "heartbeat_interval": 0.1, "node_timeout": 1.0}
 KILL_NODE_P = 0.6  # a nodes run has a node fault this often
+SMALL_RING = {"n_chunks": 2}  # full after two unread messages (the default is 8)
 # The driver's last call, in flight when it is killed: the workers must see the death pipe
 # while asleep in Python, or while their main thread holds the GIL in C code.
 LAST_CALLS = (CallSpec("sleep", (30.0,), 40.0), CallSpec("hold_gil", (30.0,), 40.0))
@@ -65,6 +69,12 @@ def _nodes(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault,
     return "standard", calls, (node,), dict(NODES)
 
 
+def _small_ring(rng: random.Random, calls: tuple[CallSpec, ...],
+                faults: tuple[Fault, ...]) -> Shape:
+    spread = tuple(dataclasses.replace(c, non_block=True) for c in calls)
+    return "standard", spread, faults, dict(SMALL_RING)
+
+
 def _flood(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault, ...]) -> Shape:
     return "chaos.nodes:outsider_flood", (), (), dict(NODES)
 
@@ -92,9 +102,10 @@ def workload_bound_s(workload: str) -> float:
 EDGE_WEIGHTS = {"burst": 0.03, "callback_chaos": 0.03, "done_callbacks": 0.03,
                 "failure_callbacks": 0.03, "hostile_values": 0.03, "fd_limit": 0.02,
                 "fd_pressure": 0.02, "interrupt_stream": 0.02, "interrupt_sweep": 0.015,
-                "memory_cap": 0.015}
+                "memory_cap": 0.015, "interrupt_publish": 0.03}
 SURROUNDINGS: tuple[Surrounding, ...] = (
-    Surrounding("calls", 0.62, _calls),
+    Surrounding("calls", 0.51, _calls),
+    Surrounding("small_ring", 0.08, _small_ring),
     Surrounding("nodes", 0.07, _nodes),
     Surrounding("outsider_flood", 0.02, _flood),
     Surrounding("driver_killed", 0.06, _driver_killed),

@@ -59,6 +59,7 @@ REACH = [
     ("PoisonedByAggregator", "edge:callback_chaos", None, "callbacks"),
     ("LocksBeforeTry", "edge:interrupt_sweep", None, "interrupt"),
     ("IgnoresLostNodes", "nodes", "kill_node", "detection"),
+    ("ProgressOneAheadExecutor", "small_ring", None, "damage"),
 ]
 
 

@@ -13,9 +13,10 @@ driver that is killed mid-call.  One is drawn per seed (chaos.swarm.draw), by we
                            agent on loopback), at most one ``kill_node`` (kill or cut_link)
         "outsider_flood"   two nodes, and a peer without the secret flooding the driver's
                            node port beside authentic calls (chaos.nodes)
-        "driver_killed"    the drawn calls and faults, then a long call (a sleep, or C code
-                           holding the GIL) during which the driver is SIGKILLed (the run
-                           goes through a driver subprocess, chaos.driver_run)
+        "driver_killed"    the drawn calls (and half the time the faults), then a long call
+                           (a sleep, or C code holding the GIL) during which the driver is
+                           SIGKILLed (the run goes through a driver subprocess,
+                           chaos.driver_run)
         "small_ring"       the drawn calls and faults, every call non_block, on queues of
                            2 chunks: the request ring is full behind any call slower than
                            the next two, so the writer waits on its readers (and judges them)
@@ -42,6 +43,7 @@ SMALL_RING = {"n_chunks": 2}  # full after two unread messages (the default is 8
 # The driver's last call, in flight when it is killed: the workers must see the death pipe
 # while asleep in Python, or while their main thread holds the GIL in C code.
 LAST_CALLS = (CallSpec("sleep", (30.0,), 40.0), CallSpec("hold_gil", (30.0,), 40.0))
+KEEP_FAULTS_P = 0.5  # a driver_killed run keeps its drawn faults this often
 EDGE_BOUND_S = 90.0  # an edge workload has hung (the suites give 60 s; the sweep more)
 SWEEP_BOUND_S = 200.0  # interrupt_sweep: three sweeps of up to 30 s each, then a call
 
@@ -84,7 +86,8 @@ def _driver_killed(rng: random.Random, calls: tuple[CallSpec, ...],
     last = rng.choice(LAST_CALLS)
     nth = sum(c.method == last.method for c in calls) + 1
     kill = KillDriver(on_call=(last.method, nth))
-    return "standard", (*calls, last), (*faults, kill), {}
+    kept = faults if rng.random() < KEEP_FAULTS_P else ()  # a fatal one would end the run first
+    return "standard", (*calls, last), (*kept, kill), {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +110,8 @@ SURROUNDINGS: tuple[Surrounding, ...] = (
     Surrounding("calls", 0.51, _calls),
     Surrounding("small_ring", 0.08, _small_ring),
     Surrounding("nodes", 0.07, _nodes),
-    Surrounding("outsider_flood", 0.02, _flood),
-    Surrounding("driver_killed", 0.06, _driver_killed),
+    Surrounding("outsider_flood", 0.03, _flood),
+    Surrounding("driver_killed", 0.08, _driver_killed),
     *(Surrounding(f"edge:{name}", w, _edge(name)) for name, w in EDGE_WEIGHTS.items()),
 )
 BY_NAME = {s.name: s for s in SURROUNDINGS}

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from chaos.faults import MID_REPLY
 from chaos.recording import CallRecord
 from chaos.recovery import RecoveryResult
 from chaos.scenario import ScenarioResult
@@ -72,8 +73,8 @@ SOMETIMES: dict[str, tuple[Callable[[Run], bool], str]] = {
     "a kill landed after a reply was out": (
         _kill_at("after_reply"), "needs kill_worker/term_worker at after_reply to fire"),
     "a kill landed while a reply was half written": (
-        _never, "no failpoint inside a multi-chunk reply write (queue.mid_chunk_write is "
-        "the driver's); the swarm's payloads fit one chunk"),
+        _kill_at(MID_REPLY), "needs kill_worker/term_worker at mid_reply to hit a reply of "
+        "several chunks (a big echo, or a run with small chunks) once one chunk is out"),
     "a deadline expired while a worker was hung": (
         _deadline_while_hung, "needs a hang_worker fault and a call with a deadline after it"),
     "a deadline expired while the ring was full": (

@@ -22,6 +22,9 @@ from executor import failpoints
 
 SIGNAL = "signal"
 WORKER_PHASES = tuple(p.removeprefix("worker.") for p in failpoints.WORKER_CALL_POINTS)
+# kill_worker / term_worker inside a reply that streams in several chunks, once one of them
+# is visible to the driver and the next is half written (chaos.points: queue.mid_chunk_write).
+MID_REPLY = "mid_reply"
 CORRUPT_MODES = ("flip_payload", "truncate", "clobber_seq", "clobber_flags",
                  "clear_written", "all_ff",
                  "overwrite_unread", "drop")
@@ -122,7 +125,7 @@ class KillWorker(Fault):
     stops_readers: ClassVar[bool] = True
     fatal: ClassVar[bool] = True
     expected: ClassVar[str] = "fail_fast"
-    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES, MID_REPLY)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,7 +137,7 @@ class TermWorker(Fault):
     stops_readers: ClassVar[bool] = True
     fatal: ClassVar[bool] = True
     expected: ClassVar[str] = "fail_fast"
-    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES)
+    phases: ClassVar[tuple[str, ...]] = (SIGNAL, *WORKER_PHASES, MID_REPLY)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,7 @@
             queue.before_publish ─► damage an rpc chunk (CorruptQueue queue="rpc")
     worker  worker.<phase>       ─► kill / term / exit 0 / hang / slow / raise when armed for this rank
             queue.before_publish ─► damage a reply chunk (CorruptQueue queue="reply")
+            queue.mid_chunk_write ─► kill / term at "mid_reply", once a reply chunk is visible
 
 Workers get ``install`` through ``FAULTLAB_FAILPOINTS=chaos.points:install`` (or a
 ``collective_rpc`` when the start method does not pass the environment on).
@@ -21,7 +22,7 @@ from typing import Any
 
 from chaos import publish_interrupts, surroundings
 from chaos.control import ENV_VAR, ControlDir
-from chaos.faults import CorruptQueue, Fault, HangWorker, RaiseInWorker, SlowWorker
+from chaos.faults import MID_REPLY, CorruptQueue, Fault, HangWorker, RaiseInWorker, SlowWorker
 from chaos.plan import ResolvedFault
 from executor import failpoints
 from executor.shm_queue import ChunkMeta, ShmRingBuffer
@@ -39,6 +40,8 @@ class PointDispatcher:
     def __call__(self, **ctx: Any) -> None:
         msg_id = ctx.get("msg_id")
         for r in self.faults:
+            if _half_written_only(r.fault) and not ctx.get("published"):
+                continue  # no chunk of this reply is visible yet: not half written
             info = self._armed(r, msg_id)
             if info is not None:
                 self.ctl.log_fault(_record(r, self.rank, os.getpid(), msg_id, info))
@@ -52,6 +55,11 @@ class PointDispatcher:
         if info is not None:
             self.done.add(key)
         return info
+
+
+def _half_written_only(f: Fault) -> bool:
+    """A kill or SIGTERM at MID_REPLY waits for a reply with a chunk already visible."""
+    return f.phase == MID_REPLY and f.kind != "interrupt_driver"
 
 
 def _record(r: ResolvedFault, rank: int | None, pid: int, msg_id: Any,
@@ -187,6 +195,8 @@ def point_of(r: ResolvedFault) -> str:
     if f.kind == "corrupt_queue":
         after = getattr(f, "mode", "") in AFTER_PUBLISH
         return "queue.after_publish" if after else "queue.before_publish"
+    if f.phase == MID_REPLY:  # the worker's reply writer, between two chunks
+        return "queue.mid_chunk_write"
     return f"worker.{f.phase}"
 
 

@@ -10,6 +10,8 @@ and replays exactly from its seed (FoundationDB's BUGGIFY, for our fault kinds).
         faults:      at most MAX_FAULTS of the active sites, each on a drawn rank
         calls:       3 .. MAX_CALLS calls with deadlines (echo with unique payloads, sleeps
                      slower or faster than their deadline, get_rank, fail), some non_block;
+                     an echo is BIG_PAYLOAD (several chunks) with BIG_ECHO_P, and every echo
+                     is when a kill at mid_reply is drawn (it fires only inside such a reply)
                      with STUBBORN_P a last call that leaves a worker only SIGKILL ends
                      (chaos.stubborn: the "stubborn_worker" site)
         start method fork, forkserver or spawn
@@ -35,6 +37,7 @@ from chaos.faults import (
     CORRUPT_MODES,
     FORK_MODES,
     INTERRUPT_PHASES,
+    MID_REPLY,
     QUEUES,
     REAPER_MODES,
     SIGNAL,
@@ -58,6 +61,10 @@ TIMED = frozenset({"fork_in_driver", "outside_reaper", "starve_cpu"})
 STUBBORN_P = 0.15
 STUBBORN = CallSpec("chaos.stubborn:sleep", (30.0,), 0.2, True)
 START_METHODS = ("fork", "fork", "fork", "forkserver", "spawn")  # fork starts fastest
+# An echo of several chunks (3 of the default 1 MiB): rare, and every echo of a run with a
+# kill at mid_reply, which fires only inside such a reply.
+BIG_PAYLOAD = 3 << 20
+BIG_ECHO_P = 0.05
 METHODS = ("echo", "sleep", "get_rank", "fail")
 CONFIG = {"tensor_parallel_size": WORLD_SIZE, "shutdown_grace": 0.3, "sigterm_grace": 0.3}
 
@@ -78,6 +85,7 @@ def _sites() -> list[dict[str, Any]]:
     sites += [{"kind": "fork_in_worker", "phase": "before_execute", "duration": 0.5}]
     sites += [{"kind": "outside_reaper", "mode": m} for m in REAPER_MODES]
     sites += [{"kind": "starve_cpu", "duration": 0.3, "processes": 1}]
+    sites += [{"kind": kind, "phase": MID_REPLY} for kind in ("kill_worker", "term_worker")]
     return sites
 
 
@@ -136,6 +144,8 @@ def draw(seed: int) -> Swarm:
     stubborn = rng.random() < STUBBORN_P
     chosen = rng.sample(active, min(len(active), rng.randint(1, MAX_FAULTS))) if active else []
     faults = tuple(_fault(rng, site, p, calls) for site, p in chosen)
+    if any(f.phase == MID_REPLY for f in faults):
+        calls = tuple(_big(c) if c.method == "echo" else c for c in calls)
     start_method = rng.choice(START_METHODS)
     around = pick(rng)
     stubborn = stubborn and around.name in ("calls", "driver_killed")
@@ -152,7 +162,13 @@ def _fault(rng: random.Random, site: dict[str, Any], p: float, calls: tuple[Call
         return fault_from_dict({**site, "rank": rank, "at": [0.0, 0.15]})
     methods = sorted({c.method for c in calls})
     watched = "*" if rng.random() < 0.5 else rng.choice(methods)  # a workload has ~7 calls
+    if site.get("phase") == MID_REPLY:
+        watched = "echo"  # the calls whose replies stream (draw makes them big)
     return fault_from_dict({**site, "rank": rank, "probability": p, "calls_of": watched})
+
+
+def _big(call: CallSpec) -> CallSpec:
+    return dataclasses.replace(call, payload_bytes=BIG_PAYLOAD)
 
 
 def _calls(rng: random.Random, seed: int, n: int) -> tuple[CallSpec, ...]:
@@ -170,7 +186,8 @@ def _call(rng: random.Random, seed: int, i: int, timeout: float) -> CallSpec:
     method = rng.choice(METHODS)
     non_block = rng.random() < 0.4
     if method == "echo":
-        return CallSpec("echo", (f"s{seed}-c{i}",), timeout, non_block)
+        big = BIG_PAYLOAD if rng.random() < BIG_ECHO_P else None
+        return CallSpec("echo", (f"s{seed}-c{i}",), timeout, non_block, payload_bytes=big)
     if method == "sleep":  # unique seconds: a reply given to another sleep is seen
         seconds = round(rng.choice((0.01, 0.1, 0.3)) + i * 1e-4, 4)
         late = rng.random() < 0.3  # slower than its deadline: a TimeoutError, a late reply

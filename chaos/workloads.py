@@ -17,7 +17,8 @@ from chaos.recording import RecordingExecutor
 from executor import ExecutorError
 
 Workload = Callable[[RecordingExecutor], None]  # given the recording proxy
-_CALL_KEYS = {"method", "args", "timeout", "non_block", "unique_reply_rank", "repeat"}
+_CALL_KEYS = {"method", "args", "timeout", "non_block", "unique_reply_rank", "repeat",
+              "payload_bytes"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,9 @@ class CallSpec:
     non_block: bool = False
     unique_reply_rank: int | None = None
     repeat: int = 1
+    # The first argument (a str) padded to this many characters when the call is made: a
+    # payload of several chunks that a suite's TOML still writes in one short line.
+    payload_bytes: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> CallSpec:
@@ -41,12 +45,25 @@ class CallSpec:
         args = data.get("args", [])
         if not isinstance(args, list):
             raise PlanError(f"{where}.args: must be a list, got {type(args).__name__}")
+        size = data.get("payload_bytes")
+        if size is not None and not (isinstance(size, int) and size > 0 and args
+                                     and isinstance(args[0], str)):
+            raise PlanError(f"{where}.payload_bytes: a positive size, for a call whose first "
+                            f"argument is a string; got {size!r} with args {args!r}")
         return cls(data["method"], tuple(args), data.get("timeout"), bool(data.get("non_block", False)),
-                   data.get("unique_reply_rank"), int(data.get("repeat", 1)))
+                   data.get("unique_reply_rank"), int(data.get("repeat", 1)), size)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v)
                 for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def sent_args(self) -> tuple[Any, ...]:
+        """The arguments as sent: the first padded to ``payload_bytes`` (its tag kept first,
+        so a reply given to another call still shows in a history's short repr)."""
+        if self.payload_bytes is None:
+            return self.args
+        first = str(self.args[0])
+        return (first + "." * max(0, self.payload_bytes - len(first)), *self.args[1:])
 
 
 def call_quietly(ex: RecordingExecutor, spec: CallSpec) -> Any:
@@ -57,7 +74,7 @@ def call_quietly(ex: RecordingExecutor, spec: CallSpec) -> Any:
         module, _, attr = method.partition(":")
         method = getattr(importlib.import_module(module), attr)
     try:
-        return ex.collective_rpc(method, timeout=spec.timeout, args=spec.args,
+        return ex.collective_rpc(method, timeout=spec.timeout, args=spec.sent_args(),
                                  non_block=spec.non_block, unique_reply_rank=spec.unique_reply_rank)
     except (ExecutorError, TimeoutError, TypeError):
         return None

@@ -16,7 +16,8 @@ Points (the phase of the protocol each one sits in):
     driver.before_pickle       driver.before_enqueue        driver.after_enqueue
     driver.before_dequeue      driver.after_dequeue         driver.before_settle (a
                                future about to be settled, by whichever thread settles)
-    queue.mid_chunk_write
+    queue.mid_chunk_write (context: queue, msg_id, published: chunks of this message already
+                           visible; fires between the parts and chunks of a message)
     queue.before_publish (context: queue, ring, index, msg_id, seq, flags; the chunk's data
                           and meta are written and checksummed but not yet visible)
     queue.after_publish (context: queue, ring, index, msg_id, seq; the chunk is visible)

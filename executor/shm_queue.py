@@ -147,6 +147,7 @@ class QueueWriter:
     ) -> None:
         chunk_bytes = self.spec.chunk_bytes
         flags, written, index, pos = FIRST, 0, self._acquire(deadline), 0
+        published = 0  # chunks of this message already visible to the readers
         base = self.ring.data(index)
         for part in parts:
             view = memoryview(part).cast("B")
@@ -154,13 +155,14 @@ class QueueWriter:
             while offset < len(view):
                 if pos == chunk_bytes:
                     self._publish(index, msg_id, total, pos, flags)
-                    flags, index, pos = 0, self._acquire(deadline), 0
+                    flags, index, pos, published = 0, self._acquire(deadline), 0, published + 1
                     base = self.ring.data(index)
                 n = min(chunk_bytes - pos, len(view) - offset)
                 self.ring.buf[base + pos : base + pos + n] = view[offset : offset + n]
                 pos, offset, written = pos + n, offset + n, written + n
                 if failpoints.ACTIVE and written < total:
-                    failpoints.fire("queue.mid_chunk_write", queue=self.spec.name, msg_id=msg_id)
+                    failpoints.fire("queue.mid_chunk_write", queue=self.spec.name, msg_id=msg_id,
+                                    published=published)
         self._publish(index, msg_id, total, pos, flags | LAST)
 
     def _publish_abort(self, deadline: float | None) -> None:

@@ -15,9 +15,11 @@ a start-up failure with this worker's traceback.
 from __future__ import annotations
 
 import faulthandler
+import io
 import logging
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -48,7 +50,13 @@ def _configure_torch(threads: int) -> None:
     """
     torch.set_num_threads(threads)
     # A rank that hangs in a collective is opaque from outside; SIGUSR1 prints its stacks.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        # sys.stderr has no file descriptor (a caller under pytest's capsys, a notebook):
+        # the process's own stderr then; a worker that failed to start here was the bug.
+        if sys.__stderr__ is not None:
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     log.info("model worker: %d torch intra-op thread(s) (worker_kwargs torch_threads; "
              "OMP_NUM_THREADS=%s)", threads, os.environ.get("OMP_NUM_THREADS"))
 

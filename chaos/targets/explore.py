@@ -313,7 +313,7 @@ def coverage_table(target: str, cells: Counter[tuple[str, str, str]]) -> str:
     lines += [f"| {k} | {w} | {o} | {n} |" for (k, w, o), n in sorted(cells.items())]
     never = coverage_dict(target, cells)["kinds_never_reached"]
     lines += ["", "Fault kinds never reached (not drawn, not applicable to the target, or "
-                  "fired too late to test anything): " + (", ".join(never) or "none")]
+                  "fired too late to test anything): " + (", ".join(never) or "(every kind reached)")]
     return "\n".join(lines) + "\n"
 
 

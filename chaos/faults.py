@@ -150,7 +150,7 @@ class ExitWorker(Fault):
     stops_readers: ClassVar[bool] = True
     fatal: ClassVar[bool] = True
     expected: ClassVar[str] = "fail_fast"
-    phases: ClassVar[tuple[str, ...]] = WORKER_PHASES
+    phases: ClassVar[tuple[str, ...]] = (*WORKER_PHASES, MID_REPLY)
     phase: str = "before_execute"
 
 

@@ -247,7 +247,7 @@ def workload_bound_s(scenario: Scenario) -> float:
 
 def candidates(scenario: Scenario, seed: int) -> list[Scenario]:
     """Smaller schedules to try, the boldest first: every probability trigger made the
-    first call it drew; each fault dropped; each call dropped, the last first."""
+    first call it drew; each fault dropped; runs of calls dropped (``_chunks``)."""
     out: list[Scenario] = []
     fixed = _fixed_triggers(scenario, seed)
     if fixed is not None:
@@ -256,9 +256,26 @@ def candidates(scenario: Scenario, seed: int) -> list[Scenario]:
         faults = scenario.faults[:i] + scenario.faults[i + 1:]
         out.append(dataclasses.replace(scenario, faults=faults,
                                        may_not_fire=tuple(range(len(faults)))))
-    for j in reversed(range(len(scenario.calls))):
-        if len(scenario.calls) > 1:
-            out.append(_without_call(scenario, j))
+    for start, stop in _chunks(len(scenario.calls)):
+        fewer = scenario
+        for j in reversed(range(start, stop)):
+            fewer = _without_call(fewer, j)
+        out.append(fewer)
+    return out
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    """Runs of calls to drop, as ddmin tries them: halves, then quarters, ... then single
+    calls, the last first; never all of them (a run is seconds: a long schedule shrinks in a
+    few runs instead of one per call)."""
+    out: list[tuple[int, int]] = []
+    size = n // 2
+    while size >= 1:
+        for stop in range(n, 0, -size):
+            chunk = (max(0, stop - size), stop)
+            if chunk not in out and chunk[1] - chunk[0] < n:
+                out.append(chunk)
+        size //= 2
     return out
 
 

@@ -131,6 +131,14 @@ def test_shrinking_a_call_away_keeps_each_on_call_fault_on_the_call_it_hit() -> 
     assert shrunk[((0.1,), ("x",))] == [("sleep", 2), ("*", 3), ("echo", 1)]
 
 
+def test_shrinking_drops_runs_of_calls_halves_first_never_all() -> None:
+    calls = tuple(CallSpec("echo", (f"c{i}",), 2.0) for i in range(8))
+    kept = [[c.args[0] for c in cand.calls]
+            for cand in candidates(Scenario("s", {}, (), calls=calls), 0)]
+    assert kept[:2] == [["c0", "c1", "c2", "c3"], ["c4", "c5", "c6", "c7"]]
+    assert all(0 < len(k) < 8 for k in kept) and len(kept) == 2 + 4 + 8
+
+
 def test_a_real_run_history_maps_each_execution_to_its_call(tmp_path: Path) -> None:
     calls = (CallSpec("echo", ("one",), 2.0), CallSpec("echo", ("two",), 2.0, True),
              CallSpec("get_rank", (), 2.0, False, 1))

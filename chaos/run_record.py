@@ -63,8 +63,15 @@ class RunRecord:
         by a worker SIGSTOPped until the run's end, whose late reply goes out only as it is
         resumed.  Replies are read by the caller that asks (executor/calls.py), so with no
         call left to ask the damage lies unread in the ring; a next call would meet it (and
-        the executor fail).  Nothing could detect it before shutdown: no detection is due."""
+        the executor fail).  Nothing could detect it before shutdown: no detection is due.
+        Nor when every call still running at the damage was given up by a Ctrl-C and none
+        began after it (seed 412 of explore: the reply of the call a Ctrl-C cut was damaged
+        while the driver sat inside the request's publish; the KeyboardInterrupt ended the
+        workload before anything read a reply)."""
         if fault.get("kind") != "corrupt_queue" or fault.get("queue") != "reply" or not self.calls:
             return False
-        ends = [c.end_ns for c in self.calls]
-        return None not in ends and fault["time_ns"] >= max(e for e in ends if e is not None)
+        t = fault["time_ns"]
+        if any(c.start_ns > t for c in self.calls):
+            return False  # a call made after the damage would meet it
+        running = [c for c in self.calls if c.end_ns is None or c.end_ns > t]
+        return all(c.end_ns is not None and c.error_type == "KeyboardInterrupt" for c in running)

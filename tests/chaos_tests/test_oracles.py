@@ -161,12 +161,12 @@ def test_recording_proxy_logs_each_call(tmp_path):
 # end is resumed only then, and publishes its damaged late reply after every call has ended.
 # Replies are read by the caller that asks, so nothing could see the damage before shutdown.
 
-def _record(faults, call_end_ns):
+def _record(faults, call_end_ns, error_type="TimeoutError"):
     from chaos.recording import CallRecord
     from chaos.run_record import RunRecord
 
     call = CallRecord(0, "echo", ("x",), 0.5, False, None, ["x", "x"], 1_000, 0.0,
-                      end=0.5, end_ns=call_end_ns, outcome="error", error_type="TimeoutError")
+                      end=0.5, end_ns=call_end_ns, outcome="error", error_type=error_type)
     return RunRecord(calls=[call], faults=faults)
 
 
@@ -186,6 +186,16 @@ def test_detection_is_due_only_for_damage_something_could_read(fault, due):
     from chaos.oracles import failure_detected
 
     violations = failure_detected(_record([fault], call_end_ns=1_500))
+    assert [v.invariant for v in violations] == (["detection"] if due else [])
+
+
+@pytest.mark.parametrize(("error_type", "due"), [("KeyboardInterrupt", False), ("TimeoutError", True)])
+def test_a_reply_damaged_while_a_ctrl_c_gave_its_call_up_owes_no_detection(error_type, due):
+    """Seed 412 of explore: the reply is damaged while its call runs, then a Ctrl-C ends the
+    call (and the workload): nothing asks for the reply.  A call that waited it out had to."""
+    from chaos.oracles import failure_detected
+
+    violations = failure_detected(_record([_damage(1_200)], call_end_ns=1_500, error_type=error_type))
     assert [v.invariant for v in violations] == (["detection"] if due else [])
 
 

@@ -60,7 +60,7 @@ Say = Callable[[str], None]
 @dataclasses.dataclass(frozen=True)
 class Limits:
     shrink_runs: int = 40  # candidate runs per finding
-    shrink_s: float = 60.0
+    shrink_s: float = 120.0  # a run that waits out an orphan bound is ~5 s
     reproductions: int = 3
 
 

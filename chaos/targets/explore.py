@@ -10,9 +10,9 @@ target (chaos.explore is faultlab's own, with its failpoints and mutants).
         │                                            │   history (chaos.targets.history)
         │                    coverage: kind x whom/when x outcome ◄──┤
         │                                            ▼ a failure
-        │     its signature (the invariants broken) shares one with a finding? yes: counted
+        │     does it break an invariant no finding broke yet? no: counted to the first
         │       shrink: the fault on an earlier call, fewer calls, fewer ranks, no delay,
-        │       while the run still breaks one of the same invariants
+        │       while the run still breaks one of the new invariants
         │       reproduce k of n; k = 0: flaky (OUT/flaky.toml, kept, never dropped)
         │       OUT/regressions.toml ◄── the shrunk [[target_scenario]]
         └──────── until the budget ends ──► coverage.md/json, junit.xml, explore.json
@@ -211,19 +211,21 @@ class TargetExploration:
                     "unfired" if unfired else verdict.result.outcome)] += 1
         if not verdict.problems:
             return
-        for known in self.findings:
-            if known.signature & verdict.signature:
-                known.duplicates += 1
-                return
+        # New = invariants no finding has broken yet: a target's common leak must not hide
+        # its orphans (Ray leaves both); shrinking and reproducing keep to the new ones.
+        new = new_invariants(verdict.signature, [f.signature for f in self.findings])
+        if not new:
+            next(f for f in self.findings if f.signature & verdict.signature).duplicates += 1
+            return
         found_after = time.monotonic() - t0
         self.say(f"seed {seed}: {self.target.name}: {verdict.problems[0][:200]} "
                  f"({found_after:.1f} s in); shrinking")
-        shrunk, shrunk_verdict = self._shrink(scenario, seed, verdict)
-        self.findings.append(self._file(shrunk, shrunk_verdict, seed, found_after, scenario))
+        shrunk, shrunk_verdict = self._shrink(scenario, seed, verdict, new)
+        self.findings.append(self._file(shrunk, shrunk_verdict, seed, found_after, scenario, new))
 
-    def _shrink(self, scenario: TargetScenario, seed: int,
-                verdict: TargetVerdict) -> tuple[TargetScenario, TargetVerdict]:
-        wanted, deadline = verdict.signature, time.monotonic() + self.limits.shrink_s
+    def _shrink(self, scenario: TargetScenario, seed: int, verdict: TargetVerdict,
+                wanted: frozenset[str]) -> tuple[TargetScenario, TargetVerdict]:
+        deadline = time.monotonic() + self.limits.shrink_s
         runs, best, best_verdict, progress = 0, scenario, verdict, True
         while progress and runs < self.limits.shrink_runs and time.monotonic() < deadline:
             progress = False
@@ -239,7 +241,7 @@ class TargetExploration:
         return best, best_verdict
 
     def _file(self, scenario: TargetScenario, verdict: TargetVerdict, seed: int,
-              found_after: float, original: TargetScenario) -> TargetFinding:
+              found_after: float, original: TargetScenario, new: frozenset[str]) -> TargetFinding:
         label = slug(f"{self.target.name}-" + "+".join(sorted(verdict.signature)))
         home = self.out / "findings" / f"{label}-{seed}"
         finding = TargetFinding(self.target.name, verdict.signature, seed, found_after, original,
@@ -248,7 +250,7 @@ class TargetExploration:
         for k in range(self.limits.reproductions):
             again = self._judge(scenario, seed, home / f"repro-{k + 1}")
             finding.tries += 1
-            finding.reproduced += bool(again.signature & verdict.signature)
+            finding.reproduced += bool(again.signature & new)
         note = (f"finding about {self.target.name} (seed {seed}; rerun with --seed {seed}): "
                 f"{finding.name}: {verdict.problems[0][:300]}")
         path = (self.out / "flaky.toml" if finding.flaky else
@@ -276,6 +278,11 @@ class TargetExploration:
             indent=1, default=str))
         write_junit(self.findings, self.runs, self.out / "junit.xml", wall_s,
                     classname=f"chaos.explore.{self.target.name}")
+
+
+def new_invariants(signature: frozenset[str], known: list[frozenset[str]]) -> frozenset[str]:
+    """What of ``signature`` no earlier finding has: empty, the run is a duplicate."""
+    return signature - frozenset().union(*known)
 
 
 def reproduce_command(f: TargetFinding) -> str:

@@ -19,7 +19,7 @@ from chaos.suites import load_suite
 from chaos.targets import get_target, swarm
 from chaos.targets import history as target_history
 from chaos.targets.base import FAULT_KINDS, WorkloadSpec
-from chaos.targets.explore import SAVED, TargetVerdict, candidates, judge
+from chaos.targets.explore import SAVED, TargetVerdict, candidates, judge, new_invariants
 from chaos.targets.faultlab_target import unit_of_work_values
 from chaos.targets.scenario import TargetScenario
 from chaos.targets.vllm_target import VllmTarget
@@ -66,6 +66,15 @@ def test_shrink_candidates_make_the_fault_earlier_and_the_schedule_smaller() -> 
     smallest = TargetScenario.from_dict({"name": "y", "fault": "kill", "rank": 0, "after_invoke": 1,
                                          "spec": {"calls": 1, "ranks": 1}}, "y")
     assert candidates(smallest) == []
+
+
+def test_a_run_is_a_new_finding_when_it_breaks_an_invariant_no_finding_broke() -> None:
+    # Ray leaves its session directory after every run: the orphans of a killed driver
+    # must not be counted as that leak seen again.
+    leak, orphan = frozenset({"leak"}), frozenset({"leak", "orphan"})
+    assert new_invariants(orphan, [leak]) == {"orphan"}
+    assert new_invariants(leak, [orphan]) == frozenset() == new_invariants(leak, [leak])
+    assert new_invariants(leak, []) == leak
 
 
 # ------------------------------------------------------------------ target histories

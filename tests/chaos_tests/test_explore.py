@@ -188,7 +188,9 @@ def test_explore_finds_a_planted_mutant_and_files_a_reproducible_regression(
     (["--budget", "soon"], "a duration is a positive number"),
     (["--budget", "0s"], "a duration is a positive number"),
     (["--budget", "1s", "--mutant", "NoSuchBug"], "no executor mutant 'NoSuchBug'"),
-    (["--budget", "1s", "--target", "ray"], "explore drives faultlab's executor only"),
+    (["--budget", "1s", "--target", "nope"], "unknown target; known: faultlab"),
+    (["--budget", "1s", "--target", "ray", "--mutant", "SkipsChecksum"],
+     "goes with --target faultlab"),
 ])
 def test_explore_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      argv: list[str], message: str) -> None:

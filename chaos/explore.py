@@ -14,6 +14,9 @@
 
     OUT/scenarios/swarm-SEED/   each run: scenario.json, swarm.json, result.json, history.jsonl
                                 (trace/ and ctl/ kept only for failures)
+    OUT/scenarios/recovery-SEED/  a seed of the recovery family (chaos.swarm_recovery, about 1
+                                in 10: generation under the restart policy, maybe a second fault
+                                while it recovers); swarm.json says which family a seed drew
     OUT/findings/SIGNATURE/     run/ (the shrunk scenario: what replay takes), repro-K/
 
 Judging: every invariant of chaos.oracles holds for any workload except "outcome" (the
@@ -23,6 +26,9 @@ adds its classes; a hang is judged at ``workload_bound_s`` (every call's deadlin
 slack, in a row), not the suites' minute.  The budget bounds the exploring; shrinking and
 reproducing a finding are bounded on their own (``Limits``).  Processes a broken executor
 leaves behind are SIGKILLed after each run (they are the explore's own children).
+A recovery seed is judged by chaos.recovery's oracles (no history: chaos.swarm_recovery says
+why); its shrink only drops the second fault.  Aimed at a planted Recovery (CountsNoMismatch,
+KeepsRebuiltToken), explore runs the recovery seeds only: a plain seed cannot reach it.
 """
 
 from __future__ import annotations
@@ -40,10 +46,11 @@ from xml.etree import ElementTree as ET
 
 import psutil
 
-from chaos import history, history_check, swarm, swarm_surroundings
+from chaos import history, history_check, swarm, swarm_recovery, swarm_surroundings
 from chaos.coverage import Coverage
 from chaos.faults import fault_from_dict
 from chaos.oracles import Bounds
+from chaos.recovery import RecoveryResult, RecoveryScenario
 from chaos.regressions import append_scenario
 from chaos.runner import run_one, slug
 from chaos.scenario import ScenarioResult
@@ -55,6 +62,7 @@ IGNORED = frozenset({"outcome"})
 SHUTDOWN_SLACK_S = 0.8
 _HELPERS = ("forkserver", "resource_tracker")
 Say = Callable[[str], None]
+AnyScenario = Scenario | RecoveryScenario
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +74,7 @@ class Limits:
 
 @dataclasses.dataclass
 class Verdict:
-    result: ScenarioResult
+    result: ScenarioResult | RecoveryResult
     events: list[dict[str, Any]]
     problems: list[str]  # "[invariant] message" and "history.kind: message"
 
@@ -86,8 +94,8 @@ class Finding:
     signature: frozenset[str]
     seed: int
     found_after_s: float
-    original: Scenario
-    shrunk: Scenario
+    original: AnyScenario
+    shrunk: AnyScenario
     problems: list[str]
     run_dir: Path
     reproduced: int = 0
@@ -102,8 +110,11 @@ class Finding:
     def name(self) -> str:
         return "+".join(sorted(self.signature))
 
-    def schedule_length(self, scenario: Scenario) -> int:
-        """Faults plus calls; a named workload (an edge workload: no calls of its own) is one."""
+    def schedule_length(self, scenario: AnyScenario) -> int:
+        """Faults plus calls; a named workload (an edge workload: no calls of its own) is one;
+        a recovery scenario's faults (its generation has no calls of its own)."""
+        if isinstance(scenario, RecoveryScenario):
+            return swarm_recovery.schedule_length(scenario)
         return len(scenario.faults) + (len(scenario.calls) or 1)
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,6 +139,7 @@ class Exploration:
     coverage: Coverage = dataclasses.field(default_factory=Coverage)
     findings: list[Finding] = dataclasses.field(default_factory=list)
     runs: int = 0
+    skipped: int = 0  # plain seeds passed over: aimed at a planted Recovery
 
     def run(self, budget_s: float) -> list[Finding]:
         t0, seed = time.monotonic(), self.seed
@@ -139,17 +151,41 @@ class Exploration:
         return self.findings
 
     def _explore_one(self, seed: int, t0: float) -> None:
+        recovery = swarm_recovery.draw(seed, self.executor)
+        if recovery is not None or swarm_recovery.planted(self.executor):
+            self._explore_recovery(seed, t0, recovery)
+            return
         drawn = swarm.draw(seed)
         scenario = drawn.scenario(self.executor)
         where = self.out / "scenarios" / f"swarm-{seed}"
         verdict = judge(scenario, seed, where)
-        (where / "swarm.json").write_text(json.dumps(drawn.to_dict(), indent=1))
+        (where / "swarm.json").write_text(json.dumps({"family": "plain", **drawn.to_dict()},
+                                                     indent=1))
         self.runs += 1
+        assert isinstance(verdict.result, ScenarioResult)
         self.coverage.add(verdict.result, drawn.start_method, verdict.events,
                           lambda r: swarm.fault_site(scenario.faults[r["index"]]))
         self.coverage.surroundings[drawn.surrounding] += 1
         if swarm.STUBBORN in scenario.calls:  # a site that is a call, not a fault
             self.coverage.sites["stubborn_worker"] += 1
+        self._judged(seed, t0, scenario, verdict, where)
+
+    def _explore_recovery(self, seed: int, t0: float, scenario: RecoveryScenario | None) -> None:
+        if scenario is None:  # a planted Recovery: only the recovery family runs it
+            self.skipped += 1
+            return
+        where = self.out / "scenarios" / f"recovery-{seed}"
+        verdict = judge(scenario, seed, where)
+        (where / "swarm.json").write_text(json.dumps(
+            {"family": "recovery", "seed": seed, "recovery": scenario.to_dict()}, indent=1))
+        self.runs += 1
+        assert isinstance(verdict.result, RecoveryResult)
+        self.coverage.add_recovery(verdict.result, swarm_recovery.sites_hit(verdict.result, scenario),
+                                   swarm_recovery.interrupted(verdict.result))
+        self._judged(seed, t0, scenario, verdict, where)
+
+    def _judged(self, seed: int, t0: float, scenario: AnyScenario, verdict: Verdict,
+                where: Path) -> None:
         if not verdict.problems:
             _drop_traces(where)
             return
@@ -162,7 +198,7 @@ class Exploration:
         self.findings.append(self._file(self._shrink(scenario, seed, verdict), seed, found_after,
                                         scenario))
 
-    def _shrink(self, scenario: Scenario, seed: int, verdict: Verdict) -> tuple[Scenario, Verdict]:
+    def _shrink(self, scenario: AnyScenario, seed: int, verdict: Verdict) -> tuple[AnyScenario, Verdict]:
         target, deadline = verdict.signature, time.monotonic() + self.limits.shrink_s
         runs, best, best_verdict = 0, scenario, verdict
         progress = True
@@ -179,11 +215,11 @@ class Exploration:
         shutil.rmtree(self.out / "shrinking", ignore_errors=True)
         return best, best_verdict
 
-    def _file(self, shrunk: tuple[Scenario, Verdict], seed: int, found_after: float,
-              original: Scenario) -> Finding:
+    def _file(self, shrunk: tuple[AnyScenario, Verdict], seed: int, found_after: float,
+              original: AnyScenario) -> Finding:
         scenario, verdict = shrunk
         label = slug("+".join(sorted(verdict.signature)))
-        scenario = dataclasses.replace(scenario, name=f"explore-{label}-{seed}")
+        scenario = _renamed(scenario, f"explore-{label}-{seed}", seed)
         home = self.out / "findings" / slug(scenario.name)
         finding = Finding(verdict.signature, seed, found_after, original, scenario,
                           verdict.problems, home / "run")
@@ -204,28 +240,49 @@ class Exploration:
         state = "FLAKY (did not reproduce)" if f.flaky else "reproduced"
         self.say(f"FOUND {f.name} at seed {f.seed} after {f.found_after_s:.1f} s: "
                  f"{f.problems[0][:300]}\n  shrunk from {f.schedule_length(f.original)} to "
-                 f"{f.schedule_length(f.shrunk)} steps ({len(f.shrunk.faults)} fault(s), "
-                 f"{_what_calls(f.shrunk)}); {state} {f.reproduced} of {f.tries}\n"
+                 f"{f.schedule_length(f.shrunk)} steps ({_what_ran(f.shrunk)}); "
+                 f"{state} {f.reproduced} of {f.tries}\n"
                  f"  Reproduce with: faultlab chaos replay {f.run_dir}")
 
     def _write_reports(self, wall_s: float) -> None:
-        sites = [swarm.site_name(s) for s in swarm.SITES] + ["stubborn_worker"]
+        sites = [swarm.site_name(s) for s in swarm.SITES] + ["stubborn_worker",
+                                                             *swarm_recovery.SITES]
         (self.out / "coverage.json").write_text(json.dumps(self.coverage.to_dict(sites), indent=1))
         (self.out / "coverage.md").write_text(self.coverage.table(sites))
         (self.out / "explore.json").write_text(json.dumps({
             "executor": self.executor or "executor:MultiprocExecutor", "first_seed": self.seed,
-            "runs": self.runs, "wall_s": round(wall_s, 1),
+            "runs": self.runs, "plain_seeds_skipped": self.skipped, "wall_s": round(wall_s, 1),
             "findings": [f.to_dict() for f in self.findings]}, indent=1, default=str))
         write_junit(self.findings, self.runs, self.out / "junit.xml", wall_s)
+
+
+def _renamed(scenario: AnyScenario, name: str, seed: int) -> AnyScenario:
+    """``scenario`` named ``name``; a recovery scenario keeps its fault step (drawn from the
+    seed and the name), pinned."""
+    if isinstance(scenario, RecoveryScenario):
+        step = scenario.fault_step(seed)
+        return dataclasses.replace(scenario, name=name, steps=(step, step))
+    return dataclasses.replace(scenario, name=name)
+
+
+def _what_ran(scenario: AnyScenario) -> str:
+    if isinstance(scenario, RecoveryScenario):  # its only shrink: the second fault dropped
+        return (f"{swarm_recovery.schedule_length(scenario)} fault(s) in "
+                f"{swarm_recovery.describe(scenario)}; a recovery shrinks by its second fault only")
+    return f"{len(scenario.faults)} fault(s), {_what_calls(scenario)}"
 
 
 def _what_calls(scenario: Scenario) -> str:
     return f"{len(scenario.calls)} call(s)" if scenario.calls else f"the workload {scenario.workload}"
 
 
-def judge(scenario: Scenario, seed: int, where: Path) -> Verdict:
+def judge(scenario: AnyScenario, seed: int, where: Path) -> Verdict:
     """Run ``scenario`` into ``where``; its history and every problem found."""
     started = time.time()
+    if isinstance(scenario, RecoveryScenario):  # no history (chaos.swarm_recovery)
+        recovered, found = swarm_recovery.judge(scenario, seed, where)
+        _kill_leftovers(started)
+        return Verdict(recovered, [], found)
     result = run_one(scenario, seed, where, scenario.config.get("start_method"),
                      Bounds(workload_s=workload_bound_s(scenario), shutdown_slack_s=SHUTDOWN_SLACK_S))
     _kill_leftovers(started)
@@ -245,10 +302,13 @@ def workload_bound_s(scenario: Scenario) -> float:
     return sum((c.timeout or 10.0) + 1.0 for c in scenario.calls) + 5.0
 
 
-def candidates(scenario: Scenario, seed: int) -> list[Scenario]:
+def candidates(scenario: AnyScenario, seed: int) -> list[AnyScenario]:
     """Smaller schedules to try, the boldest first: every probability trigger made the
-    first call it drew; each fault dropped; runs of calls dropped (``_chunks``)."""
-    out: list[Scenario] = []
+    first call it drew; each fault dropped; runs of calls dropped (``_chunks``).  A recovery
+    scenario: without its second fault."""
+    if isinstance(scenario, RecoveryScenario):
+        return list(swarm_recovery.candidates(scenario))
+    out: list[AnyScenario] = []
     fixed = _fixed_triggers(scenario, seed)
     if fixed is not None:
         out.append(fixed)

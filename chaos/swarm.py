@@ -86,6 +86,7 @@ def _sites() -> list[dict[str, Any]]:
     sites += [{"kind": "outside_reaper", "mode": m} for m in REAPER_MODES]
     sites += [{"kind": "starve_cpu", "duration": 0.3, "processes": 1}]
     sites += [{"kind": kind, "phase": MID_REPLY} for kind in ("kill_worker", "term_worker")]
+    sites += [{"kind": "exit_worker", "phase": p} for p in (*WORKER_PHASES, MID_REPLY)]  # os._exit(0)
     return sites
 
 

@@ -62,7 +62,7 @@ def test_the_swarm_gives_a_mid_reply_kill_replies_of_several_chunks():
     drawn = next(d for d in map(swarm.draw, range(500))
                  if any(f.phase == "mid_reply" for f in d.faults) and d.calls)
     [kill] = [f for f in drawn.faults if f.phase == "mid_reply"]
-    assert kill.kind in ("kill_worker", "term_worker") and kill.calls_of == "echo"
+    assert kill.kind in ("kill_worker", "term_worker", "exit_worker") and kill.calls_of == "echo"
     echoes = [c for c in drawn.calls if c.method == "echo"]
     assert echoes and all(c.payload_bytes == swarm.BIG_PAYLOAD for c in echoes)
     assert 2 * ExecutorConfig().chunk_bytes < swarm.BIG_PAYLOAD

@@ -98,8 +98,10 @@ SOMETIMES: dict[str, tuple[Callable[[Run], bool], str]] = {
 CHANCE = ("not this time: a site is on in 1/4 of the runs, drawn among the faults of a run "
           "with up to 2 others, and fires only if a call it watches comes while it can")
 SITE_WHY = {
-    "interrupt_driver@mid_request": "needs a request of several chunks (the swarm's fit one)",
-    "interrupt_driver@mid_reply": "needs a reply of several chunks (the swarm's fit one)",
+    "interrupt_driver@mid_request": "needs a request of several chunks: only a big echo's "
+    "(1 echo in 20 carries 3 MiB), and the site must watch that call",
+    "interrupt_driver@mid_reply": "needs a reply of several chunks: every echo of its run is "
+    "big, but the site fires only on a call it drew (probability per call)",
 }
 
 

@@ -2,7 +2,7 @@
 
     faultlab chaos run SUITE|PATH --seed N --out DIR [--junit FILE] [--start-method M] [-k REGEX]
                                   [--target NAME]
-    faultlab chaos replay DIR/SCENARIO [--out DIR2]
+    faultlab chaos replay DIR/SCENARIO [--out DIR2]     (a [[scenario]]'s run or a [[recovery]]'s)
     faultlab chaos explore --budget 5m --out DIR [--mutant NAME] [--seed N]   (faultlab.explore_cli)
     faultlab chaos compare SUITE --targets NAME,NAME,... [--seeds N] --out DIR [--skip-missing]
 

@@ -8,6 +8,8 @@
     nnodes > 1: requests also go to the other nodes' workers through ``RemoteNodes``
     (executor/remote_nodes.py, imported only then: a TCP hub thread); their replies come back
     through it; a lost node fails us
+    executor/lifecycle.py (shared with RayExecutor): the failure state machine, the failure
+    callbacks, the restart swap and the call path; this module: the shm queues and processes
 
 Invariants:
 - ``_send_lock`` orders request ids, the rpc queue and the pending deque identically; a call
@@ -29,71 +31,42 @@ Invariants:
 
 from __future__ import annotations
 
-import itertools
-import logging
 import os
-import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import telemetry
 from executor import failpoints, shm
-from executor.call_checks import check_call, from_main
-from executor.calls import PendingCall, ReplyCollector, RpcFuture, drop_locals
+from executor.calls import PendingCall, ReplyCollector, drop_locals
 from executor.config import ExecutorConfig
-from executor.errors import (
-    ExecutorFailedError,
-    ForeignProcessError,
-    QueueCorruptedError,
-    RequestPicklingError,
-    RestartAborted,
-    describe,
-)
+from executor.errors import ExecutorFailedError, QueueCorruptedError
 from executor.fd_room import ensure_fd_room
 from executor.launch import distributed_init_method, start_workers, wait_ready
+from executor.lifecycle import ExecutorLifecycle
 from executor.monitor import WorkerMonitor
-from executor.protocol import ALL_RANKS, REQUEST, method_name, span_name
 from executor.remote_site import RemoteSite, release
 from executor.resources import ExecutorResources
-from executor.serialization import encode
 from executor.shm_queue import QueueReader, QueueSpec, QueueWriter, ShmRingBuffer
 from executor.transport import BroadcastWriter, MessageReader, MessageWriter
 from executor.waiting import DEFAULT_POLICY, Doorbell, WaitPolicy, Warmth
 from telemetry import rpc_trace
-from telemetry.journal import OWNER_SPAN
-from telemetry.rpc_trace import SPAN_ID, TRACE_ID, RpcTrace
-
-log = logging.getLogger("executor")
-FailureCallback = Callable[[], None]
-_RPC_NAMES: dict[str, str] = {}  # method name -> RPC span name, made once per name
+from telemetry.rpc_trace import RpcTrace
 
 
-class MultiprocExecutor:
+class MultiprocExecutor(ExecutorLifecycle):
     """Runs ``cfg.world_size`` worker processes and broadcasts calls to them."""
 
     def __init__(self, cfg: ExecutorConfig, *, wait_policy: WaitPolicy = DEFAULT_POLICY) -> None:
         if not isinstance(cfg, ExecutorConfig):
             raise TypeError(f"cfg must be an ExecutorConfig, got {type(cfg).__name__}")
         shm.sweep_stale()
-        self.config = cfg
+        self._init_lifecycle(cfg)
         self._res = ExecutorResources(cfg)
         self._site = RemoteSite()  # nnodes > 1: the hub the remote agents keep across incarnations
         self._finalizer = weakref.finalize(self, release, self._res, self._site)
-        self._failure: ExecutorFailedError | None = None  # set once: failed, or shut down
-        self._failed = False  # the executor failed (not merely shut down): callbacks are due
-        self._callbacks: list[FailureCallback] = []
-        self._callbacks_ran = False  # set once per incarnation, under _state_lock, by whoever runs them
-        # restart() (executor/restart.py) starts a new incarnation of every worker after a
-        # failure; incarnation counts them (0 = the first), restarts_used against the budget.
-        self.incarnation = 0
-        self.restarts_used = 0
-        self.restart_lock = threading.Lock()  # one restart at a time; shutdown() waits for it
-        self._closed = False  # shutdown() was called: never restart again
-        self._state_lock = threading.Lock()
         self._send_lock = self._res.send_lock
-        self._ids = itertools.count(1)
         self._rec = self._res.rec
         self._wait_policy = wait_policy  # every incarnation's queues wait the same way
         self._workers_woken = Warmth()  # the rpc writer rang a worker: reply waits block at once
@@ -207,14 +180,6 @@ class MultiprocExecutor:
         return self._failure is not None
 
     @property
-    def output_rank(self) -> int:
-        return self.config.output_rank
-
-    @property
-    def max_concurrent_batches(self) -> int:
-        return self.config.max_concurrent_batches
-
-    @property
     def world_size(self) -> int:
         return self.config.world_size
 
@@ -231,35 +196,6 @@ class MultiprocExecutor:
             locks["settle_lock"] = collector.settle_lock
         return locks
 
-    def register_failure_callback(self, callback: FailureCallback) -> None:
-        """Call ``callback()`` once when the executor fails; at once if it already has.
-
-        After ``restart()`` the callbacks stay registered: each failure of each incarnation
-        runs them once (``ex.incarnation`` says which incarnation failed).
-
-        Every way of failing counts (worker death, node loss, queue damage, a protocol
-        error); a plain ``shutdown()`` is not a failure.  A callback that raises is logged."""
-        self._check_owner()
-        with self._state_lock:
-            if not self._callbacks_ran:
-                self._callbacks.append(callback)
-                return
-            failed = self._failed
-            if failed:  # reported now, and again if a restarted incarnation fails
-                self._callbacks.append(callback)
-        if failed:
-            _run_callback(callback)
-
-    def restart(self, reason: str = "restart requested") -> None:
-        """Replace every worker with a new incarnation; see executor/restart.py.
-
-        Fails the current incarnation first if it is still serving (``reason`` names why).
-        Raises ``ExecutorFailedError`` when the budget is spent or after ``shutdown()``."""
-        from executor.restart import restart_workers
-
-        self._check_owner()
-        restart_workers(self, reason)
-
     def check_health(self) -> None:
         """Raise ExecutorFailedError if the executor failed or any worker is gone."""
         self._check_owner()
@@ -273,99 +209,23 @@ class MultiprocExecutor:
                 raise ExecutorFailedError(h.describe_end(end.code), rank=h.rank, pid=h.pid,
                                           exitcode=end.code)
 
-    def collective_rpc(
-        self,
-        method: str | Callable[..., Any],
-        timeout: float | None = None,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        non_block: bool = False,
-        unique_reply_rank: int | None = None,
-        aggregator: Callable[[list[Any]], Any] | None = None,
-    ) -> Any:
-        """Run ``method`` on every worker; see docs/design.md, section 1, for the whole contract."""
-        self._check_owner()
-        try:
-            self._check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator)
-            call = self._submit(method, timeout, tuple(args), dict(kwargs or {}), unique_reply_rank,
-                                aggregator, non_block)
-        except ExecutorFailedError:
-            self._refuse_after_failure(timeout)
-            raise
-        finally:
-            self._collector.settle_resolved(0.0)  # what relieving the queue resolved, lock-free
-        if non_block:
-            return call.future
-        try:
-            self._collector.drain_until(call, call.deadline)
-        except KeyboardInterrupt:
-            call.abandoned = True  # its replies are drained and dropped by the next drain
-            raise
-        if not call.done:  # an earlier call held us up past our own deadline
-            self._collector.resolve(call, self._collector.timeout_error(call, call.ranks[0]))
-        return call.outcome()
-
-    def _refuse_after_failure(self, timeout: float | None) -> None:
-        """A call refused because the executor failed comes after every earlier call: their
-        futures fail first (the monitor thread may still be failing them), in order."""
-        self._collector_fail_all()
-        limit = float("inf") if timeout is None else time.monotonic() + timeout
-        self._collector.settle_resolved(limit)
-
     def shutdown(self) -> None:
         """Stop every worker (grace, SIGTERM, SIGKILL) and release everything; idempotent.
 
         In a forked child it does nothing: the workers belong to the parent."""
         if not self._res.owned():
             return
-        self._closed = True
-        cfg = self.config  # a restart in progress sees _closed and gives up: wait for it
-        if self.restart_lock.acquire(timeout=cfg.startup_timeout + cfg.shutdown_grace + 10):
-            self.restart_lock.release()
-        with self._state_lock:
-            if self._failure is None:
-                self._failure = ExecutorFailedError("the executor was shut down")
-            if not self._failed:
-                self._callbacks_ran, self._callbacks = True, []  # no failure to report, ever
+        self._close()
         self._res.cancel()
         self._finalizer()
-        self._collector_fail_all()
+        self._fail_pending()
         collector = getattr(self, "_collector", None)
         if collector is not None:
             collector.settle_resolved()  # every future is done when shutdown() returns
-        thread = self._res.failure_thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.config.shutdown_grace + self.config.sigterm_grace + 10)
-
-    def __enter__(self) -> MultiprocExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        self._join_failure_thread()
 
     # ------------------------------------------------------------------ incarnations
-    # The restart protocol: executor/restart.py decides when, how often and by which
-    # deadline; only these methods touch the incarnation's state (failure flags, resources,
-    # finalizer, locks).  Callers hold ``restart_lock``.
-
-    def check_restartable(self) -> None:
-        """Raise ``RestartAborted`` once ``shutdown()`` was called."""
-        if self._closed or (self._failure is not None and not self._failed):
-            raise RestartAborted("the executor was shut down; it cannot restart")
-
-    def fail_for_restart(self, reason: str) -> None:
-        """A hung or healthy incarnation is failed like any other (callbacks run once)."""
-        if self._failure is None:
-            self._fail(ExecutorFailedError(f"restart requested: {reason}; every pending call "
-                                           "failed"), inline=True)
-
-    def wait_for_old_incarnation(self) -> None:
-        """The old incarnation's processes are reaped and its memory and pipes closed."""
-        res = self._res
-        res.shutdown()
-        thread = res.failure_thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.config.shutdown_grace + self.config.sigterm_grace + 10)
+    # The restart protocol (executor/lifecycle.py has the rest): callers hold ``restart_lock``.
 
     def start_incarnation(self, startup_timeout: float) -> None:
         """Fresh resources, READY from every rank within ``startup_timeout``, then the swap;
@@ -388,16 +248,8 @@ class MultiprocExecutor:
         self._report_early_death(res)
 
     def _go_live(self, res: ExecutorResources) -> None:
-        """Swap in the new incarnation; lock order as elsewhere: send, reply, state."""
-        with res.send_lock, res.reply_lock, self._state_lock:
-            if self._closed:
-                raise RestartAborted("the executor was shut down while it restarted")
-            self._send_lock = res.send_lock
-            self._failure, self._failed, self._callbacks_ran = None, False, False
-            self.incarnation += 1
-        if self._rec.enabled:
-            self._rec.event("executor.incarnation", {"faultlab.incarnation": self.incarnation,
-                                                     "faultlab.worker_pids": str(self.worker_pids)})
+        """Swap in the new incarnation (a chaos test wraps this step)."""
+        self._swap_in(res.send_lock, res.reply_lock)
 
     def _report_early_death(self, res: ExecutorResources) -> None:
         """A worker that died before the swap: its monitor's report found us failed.  Its
@@ -412,75 +264,13 @@ class MultiprocExecutor:
 
     # ------------------------------------------------------------------ calls
 
-    def _check_owner(self) -> None:
-        if not self._res.owned():
-            raise ForeignProcessError(
-                f"this executor belongs to process {self._res.owner_pid}; process {os.getpid()} "
-                "(a fork of it) cannot use it: create an executor in the child instead"
-            )
+    def _owned(self) -> bool:
+        return self._res.owned()
 
-    def _check_call(
-        self, method: Any, timeout: float | None, args: Any, kwargs: Any, reply_rank: int | None,
-        aggregator: Any,
-    ) -> None:
-        check_call(method, timeout, args, kwargs, reply_rank, aggregator, self.config.world_size)
-        self._raise_failure()
+    def _owner_pid(self) -> int:
+        return self._res.owner_pid
 
-    def _submit(
-        self, method: Any, timeout: float | None, args: tuple[Any, ...], kwargs: dict[str, Any],
-        reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None, non_block: bool,
-    ) -> PendingCall:
-        name = method_name(method)
-        deadline = float("inf") if timeout is None else time.monotonic() + timeout
-        ranks = list(range(self.config.world_size)) if reply_rank is None else [reply_rank]
-        future = RpcFuture(self._collector) if non_block else None
-        call = PendingCall(0, name, ranks, reply_rank is not None, timeout, deadline, future, aggregator)
-        if future is not None:
-            future.call = call
-        with self._send_lock:
-            self._raise_failure()  # checked again under the lock: the queues may be closing
-            call.rpc_id = next(self._ids)
-            trace = None
-            if self._rec.enabled:
-                # The RPC's span, begun before the request is sent (a driver that dies
-                # mid-RPC leaves it truncated); a child of the caller's current trace
-                # (OpenTelemetry context or TRACEPARENT), else a new trace.  Its phases are
-                # plain data on the call until it ends (telemetry.rpc_trace).
-                name = _RPC_NAMES.get(call.method) or span_name(_RPC_NAMES, "rpc ", call.method)
-                trace = self._rec.begin_rpc(name, telemetry.caller_parent(), call.rpc_id)
-            parts = self._encode(call, method, args, kwargs, reply_rank, trace)
-            self._enqueue(call, parts, trace)
-            call.trace = trace
-            self._collector.pending.append(call)
-        return call
-
-    def _encode(
-        self, call: PendingCall, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-        reply_rank: int | None, trace: RpcTrace | None,
-    ) -> list[Any]:
-        try:
-            if failpoints.ACTIVE:
-                failpoints.fire("driver.before_pickle", msg_id=call.rpc_id, method=call.method)
-            rank = ALL_RANKS if reply_rank is None else reply_rank
-            if trace is None:
-                return encode(REQUEST, rank, (method, args, kwargs), from_main(method))
-            # The span's context rides in the frame header (sent only for a recorded span).
-            return encode(REQUEST, rank, (method, args, kwargs), from_main(method),
-                          trace[TRACE_ID], trace[SPAN_ID], telemetry.FLAG_SAMPLED)
-        except KeyboardInterrupt:
-            if trace is not None:
-                self._end_trace(call, trace, None)
-            raise
-        except BaseException as exc:  # even sys.exit in a __reduce__ fails this call only
-            error = RequestPicklingError(
-                f"collective_rpc({call.method!r}): the method or its arguments cannot be "
-                f"pickled ({describe(exc)}); nothing was sent"
-            )
-            if trace is not None:
-                self._end_trace(call, trace, error)
-            raise error from exc
-
-    def _enqueue(self, call: PendingCall, parts: list[Any], trace: RpcTrace | None) -> None:
+    def _send_request(self, call: PendingCall, parts: list[Any], trace: RpcTrace | None) -> None:
         start_ns = time.time_ns() if trace is not None else 0
         deadline = min(call.deadline, time.monotonic() + self.config.enqueue_timeout)
         try:
@@ -509,29 +299,7 @@ class MultiprocExecutor:
         """The rpc queue is full: collect the replies that are there (see shm_queue)."""
         return self._collector.collect_available()
 
-    def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
-        trace = call.trace
-        if trace is not None:
-            if error is None:  # the common case: one call, one record
-                rpc_trace.end_rpc(self._rec, trace, None, call.rpc_id, call.future is not None,
-                                  call.timeout, call.ranks[0] if call.unique else None)
-            else:
-                self._end_trace(call, trace, error)
-
-    def _end_trace(self, call: PendingCall, trace: RpcTrace, error: BaseException | None) -> None:
-        """End the RPC's span, with ``error`` (also its type as ``faultlab.outcome``)."""
-        if error is not None:
-            self._rec.write_attribute(OWNER_SPAN, trace[SPAN_ID], "faultlab.outcome",
-                                      type(error).__name__)
-        rpc_trace.end_rpc(self._rec, trace, error, call.rpc_id, call.future is not None,
-                          call.timeout, call.ranks[0] if call.unique else None)
-
     # ------------------------------------------------------------------ failure
-
-    def _raise_failure(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            raise failure.again()
 
     def _death_callback(self) -> Callable[[int, int, int | None, int], None]:
         """A callback for the monitor thread that does not keep the executor alive."""
@@ -568,49 +336,8 @@ class MultiprocExecutor:
                                                    "faultlab.detected_ns": time.time_ns()})
         self._fail(error, inline=True)
 
-    def _fail(self, error: ExecutorFailedError, *, inline: bool = False) -> None:
-        """Mark the executor failed (once), wake every waiter, fail every pending call, then
-        stop the workers and run the failure callbacks: here when the calling thread holds
-        no lock of ours (``inline``), else on a thread of their own."""
-        with self._state_lock:
-            if self._failure is not None:
-                return
-            self._failure, self._failed = error, True
-        log.error("executor failed: %s", error)
+    def _wake_waiters(self) -> None:
         self._res.cancel()
-        self._collector_fail_all()
-        if inline:
-            self._after_failure()
-            return
-        thread = threading.Thread(target=self._after_failure, name="faultlab-failure", daemon=True)
-        self._res.failure_thread = thread
-        thread.start()
 
-    def _after_failure(self) -> None:
+    def _stop_workers(self) -> None:
         self._res.shutdown()
-        collector = getattr(self, "_collector", None)
-        if collector is not None:
-            collector.settle_resolved(0.0)  # a thread already settling settles them all
-        self._run_callbacks()
-
-    def _collector_fail_all(self) -> None:
-        collector = getattr(self, "_collector", None)
-        if collector is not None and self._failure is not None:
-            for call in list(collector.pending):
-                collector.resolve(call, self._failure.again())
-
-    def _run_callbacks(self) -> None:
-        with self._state_lock:
-            if self._callbacks_ran:
-                return
-            self._callbacks_ran = True
-            callbacks = list(self._callbacks)  # kept: a restarted executor reports its next failure too
-        for callback in callbacks:
-            _run_callback(callback)
-
-
-def _run_callback(callback: FailureCallback) -> None:
-    try:
-        callback()
-    except Exception:
-        log.exception("executor failure callback raised")

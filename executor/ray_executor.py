@@ -10,7 +10,8 @@
 What is the same as the shm executor: request ids, stale replies dropped, ordered futures
 and every error type come from the same ReplyCollector and worker loop; a death fails every
 pending and later call with ``ExecutorFailedError`` naming rank, pid and node, and the
-failure callbacks run once; ``restart()`` is executor/restart.py's.  What Ray does
+failure callbacks run once; ``restart()`` is executor/restart.py's.  That shared part
+(failure state, callbacks, the restart swap, the call path) is executor/lifecycle.py.  What Ray does
 differently: workers are actors placed by Ray (one CPU each, SPREAD over the nodes), so
 there is no death pipe and no signal handling of ours: Ray kills a driver's actors when
 the driver dies (owner death), ``shutdown`` is ``ray.kill``; an exit code is not known
@@ -26,34 +27,20 @@ Invariants:
 
 from __future__ import annotations
 
-import itertools
-import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import telemetry
-from executor.call_checks import check_call, from_main
-from executor.calls import PendingCall, ReplyCollector, RpcFuture
+from executor.calls import PendingCall, ReplyCollector
 from executor.config import ExecutorConfig
-from executor.errors import (
-    ExecutorFailedError,
-    ForeignProcessError,
-    RequestPicklingError,
-    RestartAborted,
-    describe,
-)
-from executor.protocol import ALL_RANKS, REQUEST, method_name
+from executor.errors import ExecutorFailedError
+from executor.lifecycle import ExecutorLifecycle
 from executor.ray_cluster import apply_ray_env
-from executor.serialization import encode
-from telemetry import rpc_trace
-from telemetry.rpc_trace import SPAN_ID, TRACE_ID, RpcTrace
+from telemetry.rpc_trace import RpcTrace
 
-log = logging.getLogger("executor.ray")
-FailureCallback = Callable[[], None]
 INLINE_BYTES = 100 * 1024  # larger requests go to the object store once, for every rank
 
 
@@ -72,7 +59,7 @@ def _connect(address: str | None) -> bool:
     return True
 
 
-class RayExecutor:
+class RayExecutor(ExecutorLifecycle):
     """``cfg.world_size`` Ray actors, each running ``cfg.worker``; calls broadcast to all.
 
     ``address``: the Ray cluster (``host:port``); default ``RAY_ADDRESS``, else a Ray this
@@ -83,26 +70,15 @@ class RayExecutor:
             raise TypeError(f"cfg must be an ExecutorConfig, got {type(cfg).__name__}")
         if cfg.nnodes != 1:
             raise ValueError("RayExecutor places workers with Ray: leave nnodes at 1")
-        self.config = cfg
+        self._init_lifecycle(cfg)
         self._owner = os.getpid()
         self._owns_ray = _connect(address)
         from executor import ray_group
 
         self._groups = ray_group
         self._rec = telemetry.get_recorder()
-        self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._reply_lock = threading.RLock()
-        self._state_lock = threading.Lock()
-        self.restart_lock = threading.Lock()
-        self._failure: ExecutorFailedError | None = None
-        self._failed = False
-        self._closed = False
-        self._callbacks: list[FailureCallback] = []
-        self._callbacks_ran = False
-        self._failure_thread: threading.Thread | None = None
-        self.incarnation = 0
-        self.restarts_used = 0
         self.startup_s = 0.0
         self._group: Any = None
         self._monitor: threading.Thread | None = None
@@ -187,26 +163,6 @@ class RayExecutor:
     def is_failed(self) -> bool:
         return self._failed
 
-    @property
-    def output_rank(self) -> int:
-        return self.config.output_rank
-
-    @property
-    def max_concurrent_batches(self) -> int:
-        return self.config.max_concurrent_batches
-
-    def register_failure_callback(self, callback: FailureCallback) -> None:
-        self._check_owner()
-        with self._state_lock:
-            if not self._callbacks_ran:
-                self._callbacks.append(callback)
-                return
-            failed = self._failed
-            if failed:
-                self._callbacks.append(callback)
-        if failed:
-            _run_callback(callback)
-
     def check_health(self, timeout: float = 10.0) -> None:
         """Raise ExecutorFailedError if the executor failed or any actor does not answer."""
         import ray
@@ -226,164 +182,36 @@ class RayExecutor:
                                           f"answer a health check within {timeout:g} s",
                                           rank=rank, pid=group.pids[rank]) from None
 
-    def restart(self, reason: str = "restart requested") -> None:
-        """Replace every actor with a new incarnation (a new placement group); see
-        executor/restart.py."""
-        from executor.restart import restart_workers
-
-        self._check_owner()
-        restart_workers(self, reason)
-
-    def collective_rpc(
-        self,
-        method: str | Callable[..., Any],
-        timeout: float | None = None,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        non_block: bool = False,
-        unique_reply_rank: int | None = None,
-        aggregator: Callable[[list[Any]], Any] | None = None,
-    ) -> Any:
-        """Run ``method`` on every worker; the contract of ``MultiprocExecutor.collective_rpc``."""
-        self._check_owner()
-        check_call(method, timeout, args, kwargs, unique_reply_rank, aggregator,
-                   self.config.world_size)
-        try:
-            self._raise_failure()
-            call = self._submit(method, timeout, tuple(args), dict(kwargs or {}),
-                                unique_reply_rank, aggregator, non_block)
-        except ExecutorFailedError:  # refused after a failure: earlier futures fail first
-            self._fail_pending()
-            self._collector.settle_resolved(
-                float("inf") if timeout is None else time.monotonic() + timeout)
-            raise
-        if non_block:
-            return call.future
-        try:
-            self._collector.drain_until(call, call.deadline)
-        except KeyboardInterrupt:
-            call.abandoned = True
-            raise
-        if not call.done:  # an earlier call held us up past our own deadline
-            self._collector.resolve(call, self._collector.timeout_error(call, call.ranks[0]))
-        return call.outcome()
-
     def shutdown(self) -> None:
         """Kill every actor and release the placement group; idempotent and bounded."""
         if os.getpid() != self._owner:
             return
-        self._closed = True
-        cfg = self.config
-        if self.restart_lock.acquire(timeout=cfg.startup_timeout + cfg.shutdown_grace + 10):
-            self.restart_lock.release()
-        with self._state_lock:
-            if self._failure is None:
-                self._failure = ExecutorFailedError("the executor was shut down")
-            if not self._failed:
-                self._callbacks_ran, self._callbacks = True, []
+        self._close()
         self._stop_group()
         self._fail_pending()
-        thread = self._failure_thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(cfg.shutdown_grace + cfg.sigterm_grace + 10)
+        self._join_failure_thread()
         self._finalizer()
 
-    def __enter__(self) -> RayExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     # ------------------------------------------------------------------ incarnations
-    # The protocol of executor/restart.py, as in MultiprocExecutor.
-
-    def check_restartable(self) -> None:
-        if self._closed or (self._failure is not None and not self._failed):
-            raise RestartAborted("the executor was shut down; it cannot restart")
-
-    def fail_for_restart(self, reason: str) -> None:
-        if self._failure is None:
-            self._fail(ExecutorFailedError(f"restart requested: {reason}; every pending call "
-                                           "failed"), inline=True)
-
-    def wait_for_old_incarnation(self) -> None:
-        self._stop_group()
-        thread = self._failure_thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.config.shutdown_grace + self.config.sigterm_grace + 10)
+    # The protocol of executor/restart.py (executor/lifecycle.py has the rest).
 
     def start_incarnation(self, startup_timeout: float) -> None:
         """A new group (placement group, actors, rendezvous), then the swap under the locks."""
         self._start(startup_timeout)
-        with self._send_lock, self._reply_lock, self._state_lock:
-            if self._closed:
-                raise RestartAborted("the executor was shut down while it restarted")
-            self._failure, self._failed, self._callbacks_ran = None, False, False
-            self.incarnation += 1
-        if self._rec.enabled:
-            self._rec.event("executor.incarnation", {"faultlab.incarnation": self.incarnation,
-                                                     "faultlab.worker_pids": str(self.worker_pids)})
+        self._swap_in(self._send_lock, self._reply_lock)
 
     # ------------------------------------------------------------------ calls
 
-    def _check_owner(self) -> None:
-        if os.getpid() != self._owner:
-            raise ForeignProcessError(
-                f"this executor belongs to process {self._owner}; process {os.getpid()} "
-                "(a fork of it) cannot use it: create an executor in the child instead")
+    def _owned(self) -> bool:
+        return os.getpid() == self._owner
 
-    def _raise_failure(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            raise failure.again()
+    def _owner_pid(self) -> int:
+        return self._owner
 
-    def _submit(
-        self, method: Any, timeout: float | None, args: tuple[Any, ...], kwargs: dict[str, Any],
-        reply_rank: int | None, aggregator: Callable[[list[Any]], Any] | None, non_block: bool,
-    ) -> PendingCall:
-        deadline = float("inf") if timeout is None else time.monotonic() + timeout
-        ranks = list(range(self.config.world_size)) if reply_rank is None else [reply_rank]
-        future = RpcFuture(self._collector) if non_block else None
-        call = PendingCall(0, method_name(method), ranks, reply_rank is not None, timeout,
-                           deadline, future, aggregator)
-        if future is not None:
-            future.call = call
-        with self._send_lock:
-            self._raise_failure()
-            call.rpc_id = next(self._ids)
-            trace = None
-            if self._rec.enabled:
-                trace = self._rec.begin_rpc(f"rpc {call.method}", telemetry.caller_parent(),
-                                            call.rpc_id)
-            frame = self._encode(call, method, args, kwargs, reply_rank, trace)
-            self._deliver(call, frame, trace)
-            call.trace = trace
-            self._collector.pending.append(call)
-        return call
-
-    def _encode(self, call: PendingCall, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                reply_rank: int | None, trace: RpcTrace | None) -> bytes:
-        rank = ALL_RANKS if reply_rank is None else reply_rank
-        try:
-            if trace is None:
-                parts = encode(REQUEST, rank, (method, args, kwargs), from_main(method))
-            else:
-                parts = encode(REQUEST, rank, (method, args, kwargs), from_main(method),
-                               trace[TRACE_ID], trace[SPAN_ID], telemetry.FLAG_SAMPLED)
-            return b"".join(parts)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            error = RequestPicklingError(
-                f"collective_rpc({call.method!r}): the method or its arguments cannot be "
-                f"pickled ({describe(exc)}); nothing was sent")
-            if trace is not None:
-                self._end_trace(call, trace, error)
-            raise error from exc
-
-    def _deliver(self, call: PendingCall, frame: bytes, trace: RpcTrace | None) -> None:
+    def _send_request(self, call: PendingCall, parts: list[Any], trace: RpcTrace | None) -> None:
         import ray
 
+        frame = b"".join(parts)
         start_ns = time.time_ns() if trace is not None else 0
         payload = ray.put(frame) if len(frame) > INLINE_BYTES else frame
         refs = [a.deliver.remote(call.rpc_id, payload) for a in self._group.actors]
@@ -392,34 +220,10 @@ class RayExecutor:
         if trace is not None:
             trace += (start_ns, time.time_ns(), len(frame))
 
-    def _call_resolved(self, call: PendingCall, error: BaseException | None) -> None:
-        if call.trace is not None:
-            self._end_trace(call, call.trace, error)
-
-    def _end_trace(self, call: PendingCall, trace: RpcTrace, error: BaseException | None) -> None:
-        rpc_trace.end_rpc(self._rec, trace, error, call.rpc_id, call.future is not None,
-                          call.timeout, call.ranks[0] if call.unique else None)
-
     # ------------------------------------------------------------------ failure
 
-    def _fail(self, error: ExecutorFailedError, *, inline: bool = False) -> None:
-        with self._state_lock:
-            if self._failure is not None:
-                return
-            self._failure, self._failed = error, True
-        log.error("executor failed: %s", error)
-        self._fail_pending()
-        if inline:
-            self._after_failure()
-            return
-        thread = threading.Thread(target=self._after_failure, name="faultlab-failure", daemon=True)
-        self._failure_thread = thread
-        thread.start()
-
-    def _after_failure(self) -> None:
+    def _stop_workers(self) -> None:
         self._stop_group()
-        self._collector.settle_resolved(0.0)  # a thread already settling settles them all
-        self._run_callbacks()
 
     def _stop_group(self) -> None:
         group = self._group
@@ -430,22 +234,10 @@ class RayExecutor:
             monitor.join(5.0)
 
     def _fail_pending(self) -> None:
+        super()._fail_pending()
         collector = getattr(self, "_collector", None)
-        failure = self._failure
-        if collector is None or failure is None:
-            return
-        for call in list(collector.pending):
-            collector.resolve(call, failure.again())
-        collector.settle_resolved(0.0)  # never wait here: the caller may hold the collector's lock
-
-    def _run_callbacks(self) -> None:
-        with self._state_lock:
-            if self._callbacks_ran:
-                return
-            self._callbacks_ran = True
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            _run_callback(callback)
+        if collector is not None:  # never wait here: the caller may hold the collector's lock
+            collector.settle_resolved(0.0)
 
 
 def _release(groups: list[Any], owns_ray: bool) -> None:
@@ -458,9 +250,3 @@ def _release(groups: list[Any], owns_ray: bool) -> None:
 
         ray.shutdown()
 
-
-def _run_callback(callback: FailureCallback) -> None:
-    try:
-        callback()
-    except Exception:
-        log.exception("executor failure callback raised")

@@ -77,7 +77,6 @@ class ExecutorResources:
         # forked child inherits this object (and its finalizer, run at the child's exit)
         # but must never signal the parent's workers or wake the parent's waiters.
         self.owner_pid = os.getpid()
-        self.failure_thread: threading.Thread | None = None  # runs shutdown + callbacks
         recv_pool.pool.open_user()  # closed by the shutdown that runs (and only by it)
 
     def owned(self) -> bool:

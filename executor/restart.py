@@ -46,11 +46,10 @@ import telemetry
 from executor.errors import ExecutorFailedError, RestartAborted, describe
 
 if TYPE_CHECKING:
-    from executor.multiproc import MultiprocExecutor
-    from executor.ray_executor import RayExecutor
+    from executor.lifecycle import ExecutorLifecycle
 
 
-def restart_workers(ex: MultiprocExecutor | RayExecutor, reason: str) -> None:
+def restart_workers(ex: ExecutorLifecycle, reason: str) -> None:
     """Fail the current incarnation if needed, then start a new one (see module doc)."""
     with ex.restart_lock:
         ex.check_restartable()
@@ -67,7 +66,7 @@ def restart_workers(ex: MultiprocExecutor | RayExecutor, reason: str) -> None:
             span.end()
 
 
-def _restart_locked(ex: MultiprocExecutor | RayExecutor, reason: str) -> None:
+def _restart_locked(ex: ExecutorLifecycle, reason: str) -> None:
     cfg = ex.config
     errors: list[str] = []
     attempt = 0
@@ -110,7 +109,7 @@ def backoff_s(base: float, cap: float, attempt: int) -> float:
     return float(min(base * 2 ** (attempt - 1), cap))
 
 
-def _start_span(ex: MultiprocExecutor | RayExecutor, reason: str) -> Any:
+def _start_span(ex: ExecutorLifecycle, reason: str) -> Any:
     rec = telemetry.get_recorder()
     if not rec.enabled:
         return None

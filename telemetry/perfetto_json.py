@@ -43,16 +43,16 @@ def _process_label(proc: ProcessInfo) -> str:
 Track = tuple[int, int]  # (pid, tid) as written
 
 
-def assign_tracks(spans: list[RecordedSpan]) -> dict[int, int]:
-    """span id -> tid of its track: the thread's own, or an extra one where it would
-    partially overlap a slice already there."""
-    lanes: dict[Track, list[list[int]]] = {}  # per thread: per lane, a stack of end times
-    out: dict[int, int] = {}
-    for span in sorted(spans, key=lambda s: (s.start_ns, -s.shown_end_ns)):
+class _Lanes:
+    """``assign_tracks``'s lane stacks, fed spans one at a time in (start, -end) order."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[Track, list[list[int]]] = {}
+
+    def track(self, span: RecordedSpan) -> int:
         if span.point:
-            out[span.span_id] = span.tid
-            continue
-        stacks = lanes.setdefault((span.process.pid, span.tid), [])
+            return span.tid
+        stacks = self.stacks.setdefault((span.process.pid, span.tid), [])
         end = span.shown_end_ns
         for k, stack in enumerate([*stacks, []]):
             while stack and stack[-1] <= span.start_ns:
@@ -61,9 +61,16 @@ def assign_tracks(spans: list[RecordedSpan]) -> dict[int, int]:
                 if k == len(stacks):
                     stacks.append(stack)
                 stack.append(end)
-                out[span.span_id] = span.tid if k == 0 else (k << 32) | span.tid
-                break
-    return out
+                return span.tid if k == 0 else (k << 32) | span.tid
+        raise AssertionError("unreachable: the last, empty lane always takes the span")
+
+
+def assign_tracks(spans: list[RecordedSpan]) -> dict[int, int]:
+    """span id -> tid of its track: the thread's own, or an extra one where it would
+    partially overlap a slice already there."""
+    lanes = _Lanes()
+    return {span.span_id: lanes.track(span)
+            for span in sorted(spans, key=lambda s: (s.start_ns, -s.shown_end_ns))}
 
 
 def _metadata(spans: list[RecordedSpan], tracks: dict[int, int]) -> list[dict[str, Any]]:
@@ -135,28 +142,6 @@ def to_perfetto(spans: list[RecordedSpan]) -> dict[str, Any]:
                       for e in span.events)
     events.extend(_flows(spans, tracks, t0))
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"t0_unix_ns": t0}}
-
-
-class _Lanes:
-    """``assign_tracks``'s lane stacks, fed spans one at a time in (start, -end) order."""
-
-    def __init__(self) -> None:
-        self.stacks: dict[Track, list[list[int]]] = {}
-
-    def track(self, span: RecordedSpan) -> int:
-        if span.point:
-            return span.tid
-        stacks = self.stacks.setdefault((span.process.pid, span.tid), [])
-        end = span.shown_end_ns
-        for k, stack in enumerate([*stacks, []]):
-            while stack and stack[-1] <= span.start_ns:
-                stack.pop()
-            if not stack or stack[-1] >= end:
-                if k == len(stacks):
-                    stacks.append(stack)
-                stack.append(end)
-                return span.tid if k == 0 else (k << 32) | span.tid
-        raise AssertionError("unreachable: the last, empty lane always takes the span")
 
 
 class PerfettoWriter:

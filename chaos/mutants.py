@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import executor.death_pipes
 import executor.worker_proc
+from chaos.environ import restored_environ
 from executor import MultiprocExecutor, failpoints
 from executor.calls import PendingCall, ReplyCollector
 from executor.model.recovery import Recovery
@@ -686,21 +687,13 @@ class _QueueMutant(MultiprocExecutor):
 @contextlib.contextmanager
 def _workers_install(reader: type[QueueReader]) -> Iterator[None]:
     """Workers started inside get ``reader`` (their environment is taken at start)."""
-    saved = {k: os.environ.get(k) for k in (failpoints.ENV_VAR, QUEUE_MUTANT_ENV,
-                                            QUEUE_MUTANT_THEN_ENV)}
-    ours = f"{__name__}:install_queue_mutant"
-    if saved[failpoints.ENV_VAR] != ours:  # else already in place (a start inside a start)
-        os.environ[QUEUE_MUTANT_THEN_ENV] = saved[failpoints.ENV_VAR] or ""
-    os.environ[QUEUE_MUTANT_ENV] = reader.__name__
-    os.environ[failpoints.ENV_VAR] = ours
-    try:
+    with restored_environ((failpoints.ENV_VAR, QUEUE_MUTANT_ENV, QUEUE_MUTANT_THEN_ENV)) as saved:
+        ours = f"{__name__}:install_queue_mutant"
+        if saved[failpoints.ENV_VAR] != ours:  # else already in place (a start inside a start)
+            os.environ[QUEUE_MUTANT_THEN_ENV] = saved[failpoints.ENV_VAR] or ""
+        os.environ[QUEUE_MUTANT_ENV] = reader.__name__
+        os.environ[failpoints.ENV_VAR] = ours
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class RedoesVisiblePublishExecutor(_QueueMutant):

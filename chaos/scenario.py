@@ -32,6 +32,7 @@ from typing import Any
 import telemetry
 from chaos import interrupts, points, resources, surroundings
 from chaos.control import ENV_VAR, ControlDir
+from chaos.environ import restored_environ
 from chaos.injector import Injector
 from chaos.nodes import RemoteNodes
 from chaos.oracles import (
@@ -127,19 +128,14 @@ def _config_dict(cfg: ExecutorConfig) -> dict[str, Any]:
 @contextmanager
 def scenario_environment(trace_dir: Path, ctl_dir: Path) -> Iterator[None]:
     """Point tracing and failpoint installation at this scenario; restore afterwards."""
-    saved = {k: os.environ.get(k) for k in (telemetry_env(), ENV_VAR, failpoints.ENV_VAR)}
-    os.environ.update({telemetry_env(): str(trace_dir), ENV_VAR: str(ctl_dir),
-                       failpoints.ENV_VAR: points.INSTALLER})
-    telemetry.configure_process("driver")
     try:
-        yield
+        with restored_environ((telemetry_env(), ENV_VAR, failpoints.ENV_VAR)):
+            os.environ.update({telemetry_env(): str(trace_dir), ENV_VAR: str(ctl_dir),
+                               failpoints.ENV_VAR: points.INSTALLER})
+            telemetry.configure_process("driver")
+            yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        telemetry.configure_process("driver")
+        telemetry.configure_process("driver")  # once the variables are back
 
 
 def telemetry_env() -> str:

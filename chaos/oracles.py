@@ -31,7 +31,7 @@ from typing import Any
 
 from chaos import edge_oracles
 from chaos.outcomes import Outcome
-from chaos.recording import UNKNOWN, CallRecord, requested_error
+from chaos.recording import UNKNOWN, CallRecord, requested_error, timed_out_as_requested
 from chaos.run_record import Bounds, RunRecord, Violation  # noqa: F401 - Bounds: re-exported
 
 DOCUMENTED_ERRORS = frozenset({
@@ -206,7 +206,7 @@ def fault_free_stays_fault_free(run: RunRecord) -> list[Violation]:
 
 def _not_as_requested(c: CallRecord) -> bool:
     """An error the call did not ask for (ExecutorFailedError: see _unrequested_failure)."""
-    return (c.expect_errors is None and c.outcome == "error"
+    return (c.expect_errors is None and c.outcome == "error" and not timed_out_as_requested(c)
             and c.error_type not in ("ExecutorFailedError", requested_error(c)))
 
 

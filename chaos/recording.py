@@ -101,6 +101,14 @@ def requested_error(call: CallRecord) -> str | None:
     return None
 
 
+def timed_out_as_requested(call: CallRecord) -> bool:
+    """A call that asks to time out did: a TimeoutError, or a QueueFullError (which is one,
+    docs/design.md), raised when its deadline passed while it waited for room in the request
+    ring, the readers busy with the calls ahead of it (a 2-chunk ring, a late sleep)."""
+    return requested_error(call) == "TimeoutError" and call.error_type in ("TimeoutError",
+                                                                          "QueueFullError")
+
+
 class RecordingExecutor:
     """Looks like the executor; records each call and each failure callback."""
 

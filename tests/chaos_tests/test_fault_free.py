@@ -19,6 +19,7 @@ import pytest
 from helpers import DIES_BY_ITSELF
 
 from chaos import FaultPlan, KillDriver, KillWorker, Outcome, run_scenario
+from chaos.edge_oracles import backpressure_honest
 from chaos.oracles import RunRecord, fault_free_stays_fault_free, planned_faults_fired
 from chaos.recording import UNKNOWN, CallRecord
 from chaos.workloads import CallSpec, rpc_sequence
@@ -127,6 +128,8 @@ def _run(*calls: CallRecord, **fields: object) -> RunRecord:
     (_call(0, "fail", "x", outcome="error", error_type="WorkerError"), False),
     (_call(0, "sleep", 2.0, timeout=0.5, outcome="error", error_type="TimeoutError"), False),
     (_call(0, "sleep", 0.1, timeout=0.5, outcome="error", error_type="TimeoutError"), True),
+    (_call(0, "sleep", 2.0, timeout=0.5, outcome="error", error_type="QueueFullError"), False),
+    (_call(0, "echo", 1, outcome="error", error_type="QueueFullError"), True),
     (_call(0, "echo", 1, outcome="error", error_type="WorkerError"), True),
     (_call(0, "echo", 1, outcome="error", error_type="CorruptMessageError"), True),
     (_call(0, "echo", 1, outcome="error", error_type="WorkerError",
@@ -134,6 +137,25 @@ def _run(*calls: CallRecord, **fields: object) -> RunRecord:
 ])
 def test_fault_free_call_must_end_as_its_request_asks(call, broken):
     assert bool(fault_free_stays_fault_free(_run(call))) is broken
+
+
+def test_a_late_sleep_may_time_out_waiting_for_room_in_the_ring_only():
+    late = _call(0, "sleep", 2.0, timeout=0.5, outcome="error", error_type="QueueFullError")
+    echo = _call(1, "echo", 1, outcome="error", error_type="QueueFullError")
+    assert backpressure_honest(_run(late)) == []
+    assert [v.invariant for v in backpressure_honest(_run(late, echo))] == ["backpressure"]
+
+
+def test_a_late_sleep_behind_busy_readers_of_a_two_chunk_ring_passes(tmp_path):
+    """Explore on the real executor, seed 100 (the small_ring surrounding): three calls fill
+    a 2-chunk ring while the workers sleep; a sleep asking to time out after 3.4 ms does so
+    waiting for room, as a QueueFullError (a TimeoutError), not what the oracles called it."""
+    calls = [CallSpec("sleep", (0.1,), 1.0, True), CallSpec("sleep", (0.1001,), 1.1, True),
+             CallSpec("echo", ("c2",), 1.2, True), CallSpec("sleep", (0.0103,), 0.0034, True)]
+    cfg = dataclasses.replace(FORK, n_chunks=2)
+    result = run_scenario(cfg, rpc_sequence(calls), FaultPlan([], seed=1), tmp_path)
+    assert result.calls[3].error_type == "QueueFullError", result.calls[3]
+    assert result.violations == []
 
 
 def test_fault_free_executor_may_fail_only_after_a_call_that_asked_for_it():

@@ -33,16 +33,8 @@ def main(spec_json: str) -> None:
         report.ready([{"role": "driver", "rank": None, "pid": os.getpid()}]
                      + [{"role": "worker", "rank": r, "pid": pid}
                         for r, pid in enumerate(ex.worker_pids)], target="faultlab")
-        for i in range(spec.calls):
-            report.invoke(i, "work")
-            try:
-                report.ok(i, ex.collective_rpc(work, args=(i, spec.call_s)))
-            except ExecutorFailedError as exc:
-                report.fail(i, exc)
-                report.error(exc)
-            except Exception as exc:  # noqa: BLE001 - every call's end is reported
-                report.fail(i, exc)
-        report.done()
+        report.calls(spec.calls, lambda i: ex.collective_rpc(work, args=(i, spec.call_s)),
+                     ExecutorFailedError)
         time.sleep(spec.linger_s)
 
 

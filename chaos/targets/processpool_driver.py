@@ -59,16 +59,7 @@ def main(spec_json: str) -> None:
     report.ready([{"role": "driver", "rank": None, "pid": os.getpid()}]
                  + [{"role": "worker", "rank": r, "pid": pid} for r, pid in enumerate(pids)],
                  target="processpool")
-    for i in range(calls):
-        report.invoke(i, "work")
-        try:
-            report.ok(i, _call(pool, i, ranks, call_s))
-        except BrokenProcessPool as exc:
-            report.fail(i, exc)
-            report.error(exc)
-        except Exception as exc:  # noqa: BLE001 - every call's end is reported
-            report.fail(i, exc)
-    report.done()
+    report.calls(calls, lambda i: _call(pool, i, ranks, call_s), BrokenProcessPool)
     time.sleep(float(spec.get("linger_s", 0.0)))
     pool.shutdown(wait=True)
 

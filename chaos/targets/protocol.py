@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 PROTOCOL_VERSION = 1
@@ -80,6 +81,22 @@ class Reporter:
 
     def done(self, **info: Any) -> None:
         self._emit({"ev": "done", **info})
+
+    def calls(self, count: int, run: Callable[[int], Any],
+              fatal: type[BaseException] | tuple[type[BaseException], ...]) -> None:
+        """Make calls ``0 .. count-1`` with ``run(i)``, reporting how each ends; an exception
+        of type ``fatal`` says the executor failed (the ``error``).  Every call is made, even
+        after a failure, so each later call's end is seen too; then ``done``."""
+        for i in range(count):
+            self.invoke(i, "work")
+            try:
+                self.ok(i, run(i))
+            except fatal as exc:
+                self.fail(i, exc)
+                self.error(exc)
+            except Exception as exc:  # noqa: BLE001 - every call's end is reported
+                self.fail(i, exc)
+        self.done()
 
 
 def _message(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+from faultlab import explore_target_cli
 from faultlab.usage import int_in, output_dir, output_file, write_stdout
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -91,8 +92,6 @@ def run(args: argparse.Namespace) -> int:
     from chaos.regressions import REGRESSIONS
 
     if args.target != "faultlab":
-        from faultlab import explore_target_cli
-
         return explore_target_cli.run(args)
     executor = f"chaos.mutants:{args.mutant}" if args.mutant else ""
     regressions = args.regressions or (None if args.mutant else REGRESSIONS)
@@ -100,15 +99,10 @@ def run(args: argparse.Namespace) -> int:
                      f", budget {args.budget:g} s, seeds from {args.seed}, out {args.out}\n")
     exploration = Exploration(args.out, executor, args.seed,
                               Limits(shrink_runs=args.shrink_runs, reproductions=args.reproductions),
-                              regressions, say=_say, max_findings=args.max_findings)
+                              regressions, say=explore_target_cli.say, max_findings=args.max_findings)
     findings = exploration.run(args.budget)
     write_stdout(summary(exploration, Path(args.out)))
     return 1 if findings else 0
-
-
-def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 def summary(exploration: object, out: Path) -> str:
@@ -117,11 +111,9 @@ def summary(exploration: object, out: Path) -> str:
     assert isinstance(exploration, Exploration)
     lines = [f"explored {exploration.runs} scenarios; {len(exploration.findings)} finding(s)"]
     for f in exploration.findings:
-        state = "FLAKY" if f.flaky else "reproduced"
-        lines.append(f"  {f.name}: first at {f.found_after_s:.1f} s (seed {f.seed}), schedule "
-                     f"{f.schedule_length(f.original)} -> {f.schedule_length(f.shrunk)}, {state} "
-                     f"{f.reproduced} of {f.tries}, seen {f.duplicates} more time(s)")
-        lines.append(f"    Reproduce with: faultlab chaos replay {f.run_dir}")
+        lines += explore_target_cli.finding_lines(
+            f, f.schedule_length(f.original), f.schedule_length(f.shrunk),
+            f"faultlab chaos replay {f.run_dir}")
     never = exploration.coverage.never_reached()
     lines.append(f"coverage: {out / 'coverage.md'} ({len(never)} sometimes-propert"
                  f"{'y' if len(never) == 1 else 'ies'} never reached); junit: {out / 'junit.xml'}")

@@ -55,16 +55,26 @@ def run(args: argparse.Namespace) -> int:
                      f"from {args.seed}, out {args.out}\n")
     exploration = TargetExploration(
         target, Path(args.out), args.seed,
-        Limits(shrink_runs=args.shrink_runs, reproductions=args.reproductions), say=_say,
+        Limits(shrink_runs=args.shrink_runs, reproductions=args.reproductions), say=say,
         max_findings=args.max_findings, regressions=args.regressions)
     findings = exploration.run(args.budget)
     write_stdout(summary(exploration, Path(args.out)))
     return 1 if findings else 0
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
+    """A progress line on stderr (stdout is the summary)."""
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+def finding_lines(f: Any, before: int, after: int, reproduce: str) -> list[str]:
+    """A finding in a summary: when first found, its schedule shrunk ``before`` -> ``after``
+    (faults plus calls), how often it reproduced, and the command that reproduces it."""
+    state = "FLAKY" if f.flaky else "reproduced"
+    return [f"  {f.name}: first at {f.found_after_s:.1f} s (seed {f.seed}), schedule "
+            f"{before} -> {after}, {state} {f.reproduced} of {f.tries}, seen {f.duplicates} "
+            "more time(s)", f"    Reproduce with: {reproduce}"]
 
 
 def summary(exploration: Any, out: Path) -> str:
@@ -73,11 +83,8 @@ def summary(exploration: Any, out: Path) -> str:
     lines = [f"explored {exploration.runs} scenarios on {exploration.target.name}; "
              f"{len(exploration.findings)} finding(s) about {exploration.target.name}"]
     for f in exploration.findings:
-        state = "FLAKY" if f.flaky else "reproduced"
-        lines.append(f"  {f.name}: first at {f.found_after_s:.1f} s (seed {f.seed}), schedule "
-                     f"{schedule_length(f.original)} -> {schedule_length(f.shrunk)}, {state} "
-                     f"{f.reproduced} of {f.tries}, seen {f.duplicates} more time(s)")
-        lines.append(f"    Reproduce with: {reproduce_command(f)}")
+        lines += finding_lines(f, schedule_length(f.original), schedule_length(f.shrunk),
+                               reproduce_command(f))
     filed = exploration.regressions or out / "regressions.toml"
     lines.append(f"coverage: {out / 'coverage.md'}; junit: {out / 'junit.xml'}"
                  + (f"; findings filed in {filed}" if exploration.findings else ""))

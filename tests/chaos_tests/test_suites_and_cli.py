@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_errors import one_line_error
 
 from chaos import FaultPlan, KillWorker, PlanError, SlowWorker, schedule_signature
 from chaos.faults import KINDS
@@ -227,16 +228,7 @@ def test_replay_of_a_malformed_scenario_is_a_usage_error(tmp_path):
 
 # ---------------------------------------------------------------- one-line errors, in process
 
-def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """Run ``faultlab`` in this process; assert exit 2 and one stderr line; return that line."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's errors (faultlab.usage.OneLineParser)
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err.strip()
+_one_line_error = one_line_error  # faultlab ARGV: exit 2, one stderr line (tests/cli_errors.py)
 
 
 def test_suite_that_is_not_utf8_is_one_line_error(tmp_path, capsys):

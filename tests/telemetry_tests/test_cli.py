@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_errors import one_line_error
 from otlp_receivers import GrpcReceiver, HttpReceiver
 from telemetry_children import record_and_die, serve_one_rpc
 
@@ -197,15 +198,8 @@ def test_trace_export_out_naming_a_directory_is_a_usage_error(
 # ---------------------------------------------------------------- unwritable outputs, in process
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """Run ``faultlab trace`` in this process; assert exit 2 and one stderr line; return it."""
-    try:
-        code = main(["trace", *argv])
-    except SystemExit as exc:  # argparse's errors (faultlab.usage.OneLineParser)
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err.strip()
+    """``faultlab trace ARGV``: exit 2 and one stderr line, returned (tests/cli_errors.py)."""
+    return one_line_error(capsys, "trace", *argv)
 
 
 def _read_only(tmp_path: Path) -> Path:

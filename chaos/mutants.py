@@ -453,6 +453,16 @@ class KeepsRebuiltToken(Recovery):
 
 # ---------------------------------------------------------------- for the property tests
 
+class _CollectorMutant(MultiprocExecutor):
+    """The first incarnation's reply collector is of the broken class ``collector``."""
+
+    collector: ClassVar[type[ReplyCollector]]
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._collector.__class__ = self.collector
+
+
 class _NoIdCheck(ReplyCollector):
     def _read_reply(self, rank: int, call: PendingCall, deadline: float) -> tuple[bool, Any] | None:
         got = self.readers[rank].read(None if deadline == float("inf") else deadline)
@@ -463,12 +473,10 @@ class _NoIdCheck(ReplyCollector):
         return self._decode(rank, call, kind, frame)
 
 
-class IgnoresRequestIds(MultiprocExecutor):
+class IgnoresRequestIds(_CollectorMutant):
     """Takes the next reply in the queue as this call's, even a timed-out call's late reply."""
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self._collector.__class__ = _NoIdCheck
+    collector = _NoIdCheck
 
 
 class _TargetFirst(ReplyCollector):
@@ -480,12 +488,10 @@ class _TargetFirst(ReplyCollector):
         super().drain_until(call, limit)
 
 
-class DrainsTargetFirst(MultiprocExecutor):
+class DrainsTargetFirst(_CollectorMutant):
     """``result()`` collects its own call first; earlier calls' replies get dropped as stale."""
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self._collector.__class__ = _TargetFirst
+    collector = _TargetFirst
 
 
 class _LockBeforeTry(ReplyCollector):
@@ -499,13 +505,11 @@ class _LockBeforeTry(ReplyCollector):
         self.settle_resolved()
 
 
-class LocksBeforeTry(MultiprocExecutor):
+class LocksBeforeTry(_CollectorMutant):
     """Takes the reply collector's lock one line before the ``try`` that releases it (the
     round-3 Ctrl-C wedge): one KeyboardInterrupt at the wrong instant blocks every later call."""
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self._collector.__class__ = _LockBeforeTry
+    collector = _LockBeforeTry
 
 
 # ---------------------------------------------------------------- the node transport (issue 25)

@@ -40,7 +40,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chaos import resources, skewed_restart
 from chaos.control import trace_fault
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from executor import ExecutorConfig, MultiprocExecutor
     from executor.model.recovery import Recovery
 
+_T = TypeVar("_T")
 FAULTS = ("kill", "sigterm", "hang", "corrupt", "kill_node")
 WORKER = "executor.model.worker:ModelWorker"
 _KEYS = {"name", "fault", "rank", "steps", "policy", "tp", "pp", "async_scheduling",
@@ -140,24 +141,13 @@ class RecoveryScenario:
     def executor_class(self) -> type[MultiprocExecutor]:
         from executor import MultiprocExecutor
 
-        if not self.executor:
-            return MultiprocExecutor
-        module, _, attr = self.executor.partition(":")
-        cls = getattr(importlib.import_module(module), attr, None)
-        if not (isinstance(cls, type) and issubclass(cls, MultiprocExecutor)):
-            raise PlanError(f"executor {self.executor!r} is not a MultiprocExecutor class")
-        return cls
+        return _class_named(self.executor, MultiprocExecutor, "executor") if self.executor \
+            else MultiprocExecutor
 
     def recovery_class(self) -> type[Recovery] | None:
         from executor.model.recovery import Recovery
 
-        if not self.recovery:
-            return None
-        module, _, attr = self.recovery.partition(":")
-        cls = getattr(importlib.import_module(module), attr, None)
-        if not (isinstance(cls, type) and issubclass(cls, Recovery)):
-            raise PlanError(f"recovery {self.recovery!r} is not a Recovery class")
-        return cls
+        return _class_named(self.recovery, Recovery, "recovery") if self.recovery else None
 
     def fault_step(self, seed: int) -> int:
         """The step after which the fault hits: drawn from the seed and the name only."""
@@ -465,3 +455,12 @@ def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[in
     if not result.recovered and not v:
         v.append(Violation("recovered", "the fault hit but no recovery was recorded"))
     return v
+
+
+def _class_named(spec: str, base: type[_T], what: str) -> type[_T]:
+    """The class that ``spec`` ("module:Class") names, a subclass of ``base``; else PlanError."""
+    module, _, attr = spec.partition(":")
+    cls = getattr(importlib.import_module(module), attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise PlanError(f"{what} {spec!r} is not a {base.__name__} class")
+    return cls

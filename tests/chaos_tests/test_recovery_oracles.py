@@ -26,7 +26,7 @@ def _judged(outputs: dict[str, list[int]], mismatches: int = 0) -> list[Violatio
     """The oracles of a recovered run (restart policy) that produced ``outputs``."""
     scenario = RecoveryScenario(name="judged", max_tokens=4, steps=(1, 2))
     run: Any = SimpleNamespace(baseline=REFERENCE, fault_at=1.0, errors={}, engine_error="",
-                               outputs=outputs, old_alive=[])
+                               outputs=outputs, old_alive=[], second=None)
     result: Any = SimpleNamespace(recovered=True, detection_latency_s=0.5)
     recovery = SimpleNamespace(mismatches=mismatches)
     return _oracles(scenario, run, REFERENCE, [], result, recovery)

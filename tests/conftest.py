@@ -26,7 +26,10 @@ RAY = "ray"  # the start_method parameter that means RayExecutor
 # Hunts with tight timing bounds (the Hypothesis machines, the fd-pressure catches): beside a
 # second xdist worker's load they reported the load instead of the planted bug, so the README's
 # test command runs them after the parallel part, alone.
-SOLO = ("tests/property/", "tests/chaos_tests/test_interrupt_and_fd_chaos.py")
+# Timing-tight hunts: beside a second xdist worker they report its load, not the planted bug
+# (the reaper hunts race the mutant's own waitpid for each worker's exit).
+SOLO = ("tests/property/", "tests/chaos_tests/test_interrupt_and_fd_chaos.py",
+        "tests/chaos_tests/test_outside_reaper.py::test_the_outside_reaper_catches")
 _ray_cluster: list[object] = []  # the session's LocalRayCluster, once started
 
 

@@ -228,12 +228,16 @@ class _InProcessRun:
                 ex = self.executor_class(nodes.config)
             except Exception as exc:  # noqa: BLE001 - reported as the scenario's failure
                 return self._not_started(exc, t0)
+            try:  # a forkserver run's first call: a broken executor may fail it
+                install_in_workers(ex, self.cfg, self.ctl)
+            except Exception as exc:  # noqa: BLE001 - reported as the scenario's failure
+                ex.shutdown()
+                return self._not_started(exc, t0)
             record = self._drive(ex, before, nodes)
         return self._result(record, expected, time.monotonic() - t0)
 
     def _drive(self, ex: ExecutorLike, before: resources.Snapshot, nodes: RemoteNodes) -> RunRecord:
         pids = list(ex.worker_pids)
-        install_in_workers(ex, self.cfg, self.ctl)
         proxy = RecordingExecutor(ex)
         injector = Injector(self.ctl, self.resolved, node_tree=nodes.tree_pids)
         injector.executor = ex

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from chaos import history, history_check, swarm, swarm_recovery
-from chaos.explore import candidates
+from chaos.explore import candidates, judge
 from chaos.faults import KillWorker
 from chaos.regressions import scenario_toml
 from chaos.runner import run_one
@@ -137,6 +137,16 @@ def test_shrinking_drops_runs_of_calls_halves_first_never_all() -> None:
             for cand in candidates(Scenario("s", {}, (), calls=calls), 0)]
     assert kept[:2] == [["c0", "c1", "c2", "c3"], ["c4", "c5", "c6", "c7"]]
     assert all(0 < len(k) < 8 for k in kept) and len(kept) == 2 + 4 + 8
+
+
+def test_a_forkserver_run_whose_install_call_fails_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    """SkipsChecksum's driver writes checksum 0; forkserver workers (fresh imports) check the
+    real one, so the first call, which installs the failpoints, fails: explore goes on."""
+    scenario = Scenario("i", {"tensor_parallel_size": 2, "start_method": "forkserver"}, (),
+                        calls=(CallSpec("echo", ("x",), 2.0),), executor="chaos.mutants:SkipsChecksum")
+    verdict = judge(scenario, 0, tmp_path)
+    assert verdict.signature == {"startup"}, verdict.problems
+    assert "damaged" in verdict.problems[0]
 
 
 def test_a_real_run_history_maps_each_execution_to_its_call(tmp_path: Path) -> None:

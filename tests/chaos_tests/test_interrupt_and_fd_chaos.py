@@ -28,15 +28,19 @@ def test_the_real_executor_passes(workload: str, tmp_path) -> None:  # type: ign
 
 @pytest.mark.parametrize(("workload", "cls", "says"), [
     ("interrupt_sweep", broken.LocksBeforeTry, "left held"),
-    ("fd_pressure", broken.WaitsInSelect, "filedescriptor out of range"),
+    # The driver's select() raises, or a forked worker's does first and it dies (code 1):
+    # which of the two the caller meets first is a race (the real executor passes both ways).
+    ("fd_pressure", broken.WaitsInSelect, ("filedescriptor out of range", "exited with code 1")),
 ])
-def test_the_workload_catches_the_planted_bug(workload: str, cls: type[MultiprocExecutor], says: str,
+def test_the_workload_catches_the_planted_bug(workload: str, cls: type[MultiprocExecutor],
+                                              says: str | tuple[str, ...],
                                               tmp_path) -> None:  # type: ignore[no-untyped-def]
     if cls is broken.LocksBeforeTry:  # the wedged lock would block the scenario's shutdown
         cls = _unwedged(cls)
     result = run_scenario(FORK, BUILTIN[workload], FaultPlan([], seed=1), tmp_path,
                           executor_class=cls, expected=None)
-    assert any(says in v for v in real_violations(result)), real_violations(result)
+    said = (says,) if isinstance(says, str) else says
+    assert any(s in v for v in real_violations(result) for s in said), real_violations(result)
 
 
 def _unwedged(cls: type[MultiprocExecutor]) -> type[MultiprocExecutor]:

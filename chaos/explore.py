@@ -245,8 +245,8 @@ class Exploration:
                  f"  Reproduce with: faultlab chaos replay {f.run_dir}")
 
     def _write_reports(self, wall_s: float) -> None:
-        sites = [swarm.site_name(s) for s in swarm.SITES] + ["stubborn_worker",
-                                                             *swarm_recovery.SITES]
+        sites = list(dict.fromkeys(  # a hang's two durations are one site by name
+            [swarm.site_name(s) for s in swarm.SITES] + ["stubborn_worker", *swarm_recovery.SITES]))
         (self.out / "coverage.json").write_text(json.dumps(self.coverage.to_dict(sites), indent=1))
         (self.out / "coverage.md").write_text(self.coverage.table(sites))
         (self.out / "explore.json").write_text(json.dumps({

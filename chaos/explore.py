@@ -41,7 +41,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from xml.etree import ElementTree as ET
 
 import psutil
@@ -63,6 +63,13 @@ SHUTDOWN_SLACK_S = 0.8
 _HELPERS = ("forkserver", "resource_tracker")
 Say = Callable[[str], None]
 AnyScenario = Scenario | RecoveryScenario
+
+
+class _Filed(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound=_Filed)  # the kind of scenario a finding is about
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +97,15 @@ def signature_of(problems: list[str]) -> frozenset[str]:
 
 
 @dataclasses.dataclass
-class Finding:
+class FindingOf(Generic[S]):
+    """One failure, as filed: what broke, where it was first seen, its shrunk schedule and
+    how often that reproduced (``S``: the kind of scenario it is about)."""
+
     signature: frozenset[str]
     seed: int
     found_after_s: float
-    original: AnyScenario
-    shrunk: AnyScenario
+    original: S
+    shrunk: S
     problems: list[str]
     run_dir: Path
     reproduced: int = 0
@@ -110,12 +120,8 @@ class Finding:
     def name(self) -> str:
         return "+".join(sorted(self.signature))
 
-    def schedule_length(self, scenario: AnyScenario) -> int:
-        """Faults plus calls; a named workload (an edge workload: no calls of its own) is one;
-        a recovery scenario's faults (its generation has no calls of its own)."""
-        if isinstance(scenario, RecoveryScenario):
-            return swarm_recovery.schedule_length(scenario)
-        return len(scenario.faults) + (len(scenario.calls) or 1)
+    def schedule_length(self, scenario: S) -> int:
+        raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
         return {"signature": sorted(self.signature), "seed": self.seed,
@@ -125,6 +131,16 @@ class Finding:
                 "original_length": self.schedule_length(self.original),
                 "problems": self.problems, "run_dir": str(self.run_dir),
                 "scenario": self.shrunk.to_dict()}
+
+
+@dataclasses.dataclass
+class Finding(FindingOf[AnyScenario]):
+    def schedule_length(self, scenario: AnyScenario) -> int:
+        """Faults plus calls; a named workload (an edge workload: no calls of its own) is one;
+        a recovery scenario's faults (its generation has no calls of its own)."""
+        if isinstance(scenario, RecoveryScenario):
+            return swarm_recovery.schedule_length(scenario)
+        return len(scenario.faults) + (len(scenario.calls) or 1)
 
 
 @dataclasses.dataclass

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import history, history_check
-from chaos.explore import Limits, signature_of, write_junit
+from chaos.explore import FindingOf, Limits, signature_of, write_junit
 from chaos.targets import history as target_history
 from chaos.targets import swarm
 from chaos.targets.base import FAULT_KINDS, Target
@@ -146,35 +146,18 @@ def whom(sc: TargetScenario) -> str:
 
 
 @dataclasses.dataclass
-class TargetFinding:
-    target: str
-    signature: frozenset[str]
-    seed: int
-    found_after_s: float
-    original: TargetScenario
-    shrunk: TargetScenario
-    problems: list[str]
-    run_dir: Path
-    reproduced: int = 0
-    tries: int = 0
-    duplicates: int = 0
-
-    @property
-    def flaky(self) -> bool:
-        return self.reproduced == 0
+class TargetFinding(FindingOf[TargetScenario]):
+    target: str = ""  # the target it is about
 
     @property
     def name(self) -> str:
         return f"{self.target}: " + "+".join(sorted(self.signature))
 
+    def schedule_length(self, scenario: TargetScenario) -> int:
+        return schedule_length(scenario)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"about": self.target, "signature": sorted(self.signature), "seed": self.seed,
-                "found_after_s": round(self.found_after_s, 2), "flaky": self.flaky,
-                "reproduced": self.reproduced, "tries": self.tries,
-                "duplicates": self.duplicates,
-                "schedule_length": schedule_length(self.shrunk),
-                "original_length": schedule_length(self.original), "problems": self.problems,
-                "run_dir": str(self.run_dir), "scenario": self.shrunk.to_dict()}
+        return {"about": self.target, **super().to_dict()}
 
 
 @dataclasses.dataclass
@@ -244,8 +227,8 @@ class TargetExploration:
               found_after: float, original: TargetScenario, new: frozenset[str]) -> TargetFinding:
         label = slug(f"{self.target.name}-" + "+".join(sorted(verdict.signature)))
         home = self.out / "findings" / f"{label}-{seed}"
-        finding = TargetFinding(self.target.name, verdict.signature, seed, found_after, original,
-                                scenario, verdict.problems, home / "run")
+        finding = TargetFinding(verdict.signature, seed, found_after, original, scenario,
+                                verdict.problems, home / "run", target=self.target.name)
         self._judge(scenario, seed, finding.run_dir)  # the run that replay takes
         for k in range(self.limits.reproductions):
             again = self._judge(scenario, seed, home / f"repro-{k + 1}")

@@ -39,7 +39,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 from xml.etree import ElementTree as ET
@@ -88,6 +88,16 @@ class Verdict:
     @property
     def signature(self) -> frozenset[str]:
         return signature_of(self.problems)
+
+
+def budget_seeds(t0: float, budget_s: float, first: int, max_findings: int | None,
+                 findings: list[Any]) -> Iterator[int]:
+    """``first``, ``first + 1``, ... until ``budget_s`` has passed since ``t0`` or
+    ``findings`` holds ``max_findings``."""
+    seed = first
+    while time.monotonic() - t0 < budget_s and (max_findings is None or len(findings) < max_findings):
+        yield seed
+        seed += 1
 
 
 def signature_of(problems: list[str]) -> frozenset[str]:
@@ -158,11 +168,9 @@ class Exploration:
     skipped: int = 0  # plain seeds passed over: aimed at a planted Recovery
 
     def run(self, budget_s: float) -> list[Finding]:
-        t0, seed = time.monotonic(), self.seed
-        while time.monotonic() - t0 < budget_s and (
-                self.max_findings is None or len(self.findings) < self.max_findings):
+        t0 = time.monotonic()
+        for seed in budget_seeds(t0, budget_s, self.seed, self.max_findings, self.findings):
             self._explore_one(seed, t0)
-            seed += 1
         self._write_reports(time.monotonic() - t0)
         return self.findings
 

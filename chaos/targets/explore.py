@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import history, history_check
-from chaos.explore import FindingOf, Limits, signature_of, write_junit
+from chaos.explore import FindingOf, Limits, budget_seeds, signature_of, write_junit
 from chaos.targets import history as target_history
 from chaos.targets import swarm
 from chaos.targets.base import FAULT_KINDS, Target
@@ -174,11 +174,9 @@ class TargetExploration:
     runs: int = 0
 
     def run(self, budget_s: float) -> list[TargetFinding]:
-        t0, seed = time.monotonic(), self.seed
-        while time.monotonic() - t0 < budget_s and (
-                self.max_findings is None or len(self.findings) < self.max_findings):
+        t0 = time.monotonic()
+        for seed in budget_seeds(t0, budget_s, self.seed, self.max_findings, self.findings):
             self._explore_one(seed, t0)
-            seed += 1
         self._write_reports(time.monotonic() - t0)
         return self.findings
 

@@ -46,7 +46,7 @@ from chaos.faults import (
     fault_from_dict,
 )
 from chaos.suites import Scenario
-from chaos.swarm_surroundings import BY_NAME, Surrounding, pick
+from chaos.swarm_surroundings import pick
 from chaos.workloads import CallSpec
 
 ACTIVE_P = 0.25  # each site is on in a run with this probability
@@ -120,10 +120,6 @@ class Swarm:
     surrounding: str = "calls"
     workload: str = "standard"  # an edge or node workload when ``calls`` is empty
     config: tuple[tuple[str, Any], ...] = ()  # what the surrounding adds (two nodes)
-
-    @property
-    def around(self) -> Surrounding:
-        return BY_NAME[self.surrounding]
 
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "active": dict(self.active), "start_method": self.start_method,

@@ -114,7 +114,6 @@ SURROUNDINGS: tuple[Surrounding, ...] = (
     Surrounding("driver_killed", 0.08, _driver_killed),
     *(Surrounding(f"edge:{name}", w, _edge(name)) for name, w in EDGE_WEIGHTS.items()),
 )
-BY_NAME = {s.name: s for s in SURROUNDINGS}
 
 
 def pick(rng: random.Random) -> Surrounding:

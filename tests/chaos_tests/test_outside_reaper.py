@@ -61,20 +61,26 @@ def test_a_death_under_an_outside_reaper_is_named(tmp_path, mode, start_method):
     assert result.shutdown_s is not None and result.shutdown_s < 1.5
 
 
-# Both modes catch the mutant every time: "ignore" (the kernel reaps) and "reap" (a thread
-# blocked in waitpid(-1) reaps each child as it exits, before the mutant's own waitpid can;
-# a 2 ms poll lost that race in about half the runs, and the test was an xfail then).
+# "ignore" (the kernel reaps) catches the mutant every time.  "reap" (a thread blocked in
+# waitpid(-1)) races the mutant's own polling waitpid for each exiting worker: the reaper
+# wins nearly always (a 2 ms poll lost about half the runs, and the test was an xfail then),
+# but the mutant won 2 of about 25 runs here, once alone, so reap mode gets three tries.
 MUTANT_MODES = REAPER_MODES
+TRIES = {"ignore": 1, "reap": 3}
 
 
 @pytest.mark.parametrize("mode", MUTANT_MODES)
 def test_the_outside_reaper_catches_an_executor_that_trusts_waitpid(tmp_path, mode):
     """Alone: shutdown waits out every grace for workers already reaped, and leaks their fds."""
     plan = FaultPlan([OutsideReaper(at=0.0, mode=mode)], seed=4)
-    result = run_scenario(_cfg(), BUILTIN["steady"], plan, tmp_path, bounds=TIGHT,
-                          executor_class=broken.TrustsWaitpid)
-    found = {v.invariant for v in result.violations}
-    assert {"shutdown", "leak"} <= found, result.violations
+    seen = []
+    for k in range(TRIES[mode]):
+        result = run_scenario(_cfg(), BUILTIN["steady"], plan, tmp_path / str(k), bounds=TIGHT,
+                              executor_class=broken.TrustsWaitpid)
+        seen.append(result.violations)
+        if {"shutdown", "leak"} <= {v.invariant for v in result.violations}:
+            return
+    raise AssertionError(f"not caught in {TRIES[mode]} run(s): {seen}")
 
 
 @pytest.mark.parametrize("mode", MUTANT_MODES)

@@ -3,6 +3,10 @@ and every property test can be shown failing on a run that breaks it.
 
     an oracle or property ──runs against──► a mutant ──must report──► the promise it breaks
 
+Planted *judges* (bugs in the oracles, the history checker, coverage, dedupe, shrink and
+the targets' grades) live beside them in ``chaos.planted_judges``: ``all_planted()`` here
+returns every one.
+
 They ship with chaos (not the tests) so that a driver subprocess can import them by name,
 and so that users can check their own oracles the same way.  They reach into executor
 internals on purpose: a broken executor is a patched one.
@@ -23,6 +27,7 @@ from typing import Any, ClassVar
 import executor.death_pipes
 import executor.worker_proc
 from chaos.environ import restored_environ
+from chaos.planted_judges import PlantedJudge, all_planted  # noqa: F401 - planted judges live here too
 from executor import MultiprocExecutor, failpoints
 from executor.calls import PendingCall, ReplyCollector
 from executor.model.recovery import Recovery

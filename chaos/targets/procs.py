@@ -1,9 +1,14 @@
 """A target's processes and shared memory, seen from outside (psutil and /proc only).
 
     ProcessTree(driver pid)
-      name(ready procs)        role and rank as the target reported them
+      fence_namespace()        the driver's mount namespace, when the run has one of its own
+      belongs(pid)             why pid is provably the run's: "descendant" of the driver, in
+                               its "session", in its private "namespace"; None: not provable
+      name(ready procs)        role and rank as the target reported them, for the pids that
+                               belong; returns the others (``disowned``), never tracked
       discover()               psutil descendants of the driver not named: role "helper"
-      discover_session()       anything else still in the driver's session (it escaped the tree)
+      discover_session()       anything else still in the driver's session or namespace (it
+                               escaped the tree)
       poll_exits(now)          the first moment each process was seen gone (or a zombie)
       statuses()               psutil status of each, for a hang's report
       kill_all()               SIGKILL (and SIGCONT) every live one: nothing outlives a run
@@ -15,8 +20,11 @@
     damage(segment, data)      overwrite bytes of one through /proc/PID/mem
 
 Invariants: a process is known by pid *and* create time (psutil.Process), so a recycled pid
-is never signalled; the driver's session (it starts with ``start_new_session``) is the
-fence: a process the driver started stays in it unless it left on purpose.  The tree is
+is never signalled; the driver's session (it starts with ``start_new_session``) and, when the
+run has one, its private mount namespace (chaos.targets.private_mounts) are the fence: a
+process the driver started stays in them unless it left on purpose, and no process outside
+them and the driver's descendants is ever tracked, signalled or reported, whatever a driver's
+``ready`` names (a process started no later than the driver cannot be the run's either).  The tree is
 shared by the observer's loop and its Scanner without a lock: procs only grows, entries are
 added with ``setdefault`` (a named entry is never replaced by a "helper"), and every walk
 iterates a snapshot (``list(...)``, taken in one step under the GIL).
@@ -67,14 +75,81 @@ def _handle(pid: int) -> psutil.Process | None:
         return None
 
 
+def _created(handle: psutil.Process | None) -> float:
+    try:
+        return handle.create_time() if handle is not None else 0.0
+    except psutil.Error:
+        return 0.0
+
+
+def _mnt_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def _why_not(pid: int) -> str:
+    """What an unprovable pid is, for the record: its command and session."""
+    handle = _handle(pid)
+    if handle is None:
+        return "no such process"
+    try:
+        what = " ".join(handle.cmdline())[:120] or handle.name()
+        return f"{what!r} (session {os.getsid(pid)}), not the driver's descendant, session " \
+               "or namespace"
+    except (OSError, psutil.Error):
+        return "gone meanwhile"
+
+
 class ProcessTree:
     """Every process of one target run, by role and rank."""
 
     def __init__(self, driver_pid: int) -> None:
         self.driver_pid = driver_pid
-        self.procs: dict[int, Proc] = {driver_pid: Proc("driver", None, driver_pid, _handle(driver_pid))}
+        driver = _handle(driver_pid)
+        self.procs: dict[int, Proc] = {driver_pid: Proc("driver", None, driver_pid, driver)}
+        self._driver_born = _created(driver)
+        self.namespace: str | None = None  # the run's own mount namespace, once fenced
 
-    def name(self, entries: list[dict[str, Any]]) -> None:
+    def fence_namespace(self) -> str | None:
+        """The driver's mount namespace if it is not the observer's (its own: every process
+        in it is the run's), else None.  Read once the driver runs (after its launcher)."""
+        theirs, ours = _mnt_ns(self.driver_pid), _mnt_ns(os.getpid())
+        self.namespace = theirs if theirs is not None and theirs != ours else None
+        return self.namespace
+
+    def belongs(self, pid: int) -> str | None:
+        """How ``pid`` is proved to be the run's, or None when it cannot be."""
+        handle = _handle(pid)
+        if handle is None:
+            return None
+        if pid == self.driver_pid:
+            return "driver"
+        if _created(handle) < self._driver_born:
+            return None  # older than the driver: it cannot have come from the run
+        try:
+            if any(p.pid == self.driver_pid for p in handle.parents()):
+                return "descendant"
+        except psutil.Error:
+            return None
+        return self._fenced(pid)
+
+    def _fenced(self, pid: int) -> str | None:
+        """"session" or "namespace" when ``pid`` is inside the run's fence (not its age)."""
+        try:
+            if os.getsid(pid) == self.driver_pid:
+                return "session"
+        except OSError:
+            return None
+        if self.namespace is not None and _mnt_ns(pid) == self.namespace:
+            return "namespace"
+        return None
+
+    def name(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Role and rank of each entry whose pid belongs to the run; the entries that do not
+        (an unrelated process a driver named) come back, each with why, and are left alone."""
+        disowned = []
         for entry in entries:
             pid = entry.get("pid")
             if not isinstance(pid, int):
@@ -83,8 +158,12 @@ class ProcessTree:
             known = self.procs.get(pid)
             if known is not None:
                 known.role, known.rank = str(entry.get("role", known.role)), rank
-            else:
+            elif self.belongs(pid) is not None:
                 self.procs[pid] = Proc(str(entry.get("role", "helper")), rank, pid, _handle(pid))
+            else:
+                disowned.append({"role": entry.get("role"), "rank": rank, "pid": pid,
+                                 "why": _why_not(pid)})
+        return disowned
 
     def snapshot(self) -> list[Proc]:
         return list(self.procs.values())
@@ -103,15 +182,13 @@ class ProcessTree:
             self.procs.setdefault(child.pid, Proc("helper", None, child.pid, child))
 
     def discover_session(self) -> None:
-        """Processes still in the driver's session that ``discover`` never saw."""
+        """Processes still in the driver's session (or its namespace) that ``discover``
+        never saw."""
         for proc in psutil.process_iter():
-            if proc.pid in self.procs:
+            if proc.pid in self.procs or proc.pid == os.getpid():
                 continue
-            try:
-                if os.getsid(proc.pid) == self.driver_pid:
-                    self.procs.setdefault(proc.pid, Proc("helper", None, proc.pid, proc))
-            except OSError:
-                continue
+            if self._fenced(proc.pid) is not None and _created(proc) >= self._driver_born:
+                self.procs.setdefault(proc.pid, Proc("helper", None, proc.pid, proc))
 
     def poll_exits(self, now_ns: int) -> None:
         for proc in self.snapshot():

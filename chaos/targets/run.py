@@ -1,43 +1,56 @@
 """TargetRun: start a target's driver, watch it from outside, apply one fault, record it all.
 
     TargetRun(target, scenario, seed, out).run() ──► TargetRecord (out/record.json)
-      1. launch    the driver (Launch argv/env/cwd) in its own session, stdout a pipe of
-                   protocol events (read with poll, never select), stderr to out/driver.log
-      2. ready     the process tree by role and rank, plus the driver's psutil descendants
+      1. launch    the driver (Launch argv/env/cwd) in its own session and, where root may,
+                   its own mount namespace with a private /dev/shm and /tmp
+                   (chaos.targets.private_mounts), stdout a pipe of protocol events (read
+                   with poll, never select), stderr to out/driver.log; the observer's thread
+                   at SCHED_FIFO meanwhile (chaos.targets.observer_guard), so a CPU hog does
+                   not make it read events late or fire a fault late
+      2. ready     the process tree by role and rank (only the pids provably the run's: the
+                   driver's descendants, its session, its namespace; any other a driver names
+                   is recorded in ``disowned`` and never touched), plus its descendants
       3. observe   each event; each process's exit time; the fault at its seeded moment
                    (after ready, the k-th invoke, or ``done``); SIGCONT a stopped process
                    after the bound; a call in flight past the bound is a hang (snapshot of
                    every process's psutil status), and the driver is ended a bound later
       4. finish    the driver's end; a bound for the rest to go; what is still alive
-                   (orphans, by role); new /dev/shm names the tree held and new temp files
-                   (leftovers); then every remaining process is SIGKILLed and the
-                   leftover segments unlinked, so a run leaves nothing behind
+                   (orphans, by role); leftovers: with a namespace, everything left in the
+                   run's own /dev/shm and the files it made under /tmp that match the
+                   target's temp_globs (exactly its own: another run's are never seen);
+                   without one (``attribution`` says why), new /dev/shm names the tree held
+                   and new files matching temp_globs (by name: another run's may be counted);
+                   then every remaining process is SIGKILLed and the leftovers removed, so a
+                   run leaves nothing behind
+    A signal to the observer (SIGHUP of a closed terminal, SIGTERM, SIGINT, SIGQUIT) unwinds
+    to step 4 at once: what it stopped is resumed, the whole tree SIGKILLed, the record says
+    ``ended_by = "observer"``, then the signal ends the observer as it would have.
     A target that exports OpenTelemetry itself (``Target.otlp_traces``) is pointed at a
     loopback OTLP receiver for the run (telemetry.otlp_receiver); its spans are kept in
     ``target_spans`` for the run's trace (chaos.targets.run_trace, written by compare).
 
-Times are ``time.time_ns()`` (the driver's events use the same clock).  The observer never
-imports the target: it sees only the protocol, /proc and psutil.
+Times are ``time.time_ns()`` (the driver's events use the same clock); a fault's moment counts
+from the driver's own event (``_since``), and ``observer_lag_ms`` is the longest any event
+waited to be read.  The observer never imports the target: it sees only the protocol, /proc
+and psutil.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import glob
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos.targets import procs
+from chaos.targets import observer_guard, private_mounts, procs
 from chaos.targets.base import Launch, Target
 from chaos.targets.protocol import parse
 from chaos.targets.scenario import TargetScenario
@@ -82,6 +95,14 @@ class TargetRecord:
     mid_work: bool = False
     # The longest an event waited between the driver writing it and the observer reading it.
     observer_lag_ms: float = 0.0
+    # How the observer was scheduled while it watched ("SCHED_FIFO 10", or why not).
+    observer_priority: str = ""
+    # "namespace": leftovers are the run's own /dev/shm and /tmp; else "name: <why not>".
+    attribution: str = ""
+    # Processes the driver's ready named that are not provably the run's: never signalled.
+    disowned: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # The signal that ended the observer mid-run (ended_by "observer"), if one did.
+    observer_signal: str | None = None
 
     def fault_ns(self) -> int | None:
         return None if self.fault is None else self.fault.get("time_ns")
@@ -158,6 +179,8 @@ class TargetRun:
         self._done_mono: float | None = None
         self._held: set[str] = set()
         self._scanner: procs.Scanner | None = None
+        self._mounts: private_mounts.RunMounts | None = None
+        self._guard = observer_guard.Unwinding()
         self.target_spans: list[ReceivedSpan] = []  # what the target exported of itself
 
     # ------------------------------------------------------------ the run
@@ -168,11 +191,17 @@ class TargetRun:
         if self.scenario.fault not in self.target.applies:
             self._not_applicable(f"{self.scenario.fault} does not apply to {self.target.name}")
         else:
-            with _sigterm_unwinds():
-                self._launch_and_observe()
+            with observer_guard.unwinding() as self._guard:
+                try:
+                    self._launch_and_observe()
+                except SystemExit:
+                    if self._guard.signum is None:
+                        raise
         self.record.wall_s = time.monotonic() - t0
         (self.out / "record.json").write_text(json.dumps(self.record.to_json(), indent=1,
                                                          default=repr))
+        if self._guard.signum is not None:  # the run is down: now end as the signal meant
+            raise SystemExit(128 + self._guard.signum)
         return self.record
 
     def _not_applicable(self, why: str) -> None:
@@ -180,15 +209,32 @@ class TargetRun:
 
     def _launch_and_observe(self) -> None:
         shm_before, tmp_before = procs.shm_names(), self._temp_files()
-        launch = self.target.launch(self.spec, str(self.out))
+        launch = self._private(self.target.launch(self.spec, str(self.out)))
         receiver = _receiver() if self.target.otlp_traces else None
         env = launch.env if receiver is None else {**launch.env, **otlp_env(receiver.endpoint)}
         try:
-            self._launch(launch, env, shm_before, tmp_before)
+            with observer_guard.realtime() as how:
+                self.record.observer_priority = how
+                self._launch(launch, env, shm_before, tmp_before)
         finally:
             if receiver is not None:
                 receiver.stop()
                 self.target_spans = receiver.spans()
+            if self._mounts is not None:
+                self._mounts.remove()
+
+    def _private(self, launch: Launch) -> Launch:
+        """``launch`` inside a mount namespace of the run's own, when one can be had."""
+        why_not = private_mounts.unavailable()
+        if shutil.which(launch.argv[0], path=launch.env.get("PATH")) is None:
+            return launch  # Popen itself says it cannot start it (ended_by "launch")
+        if why_not is not None:
+            self.record.attribution = f"name: {why_not}"
+            return launch
+        self.record.attribution = "namespace"
+        self._mounts = private_mounts.RunMounts.create()
+        keep = [str(self.out), launch.cwd or os.getcwd()]
+        return dataclasses.replace(launch, argv=self._mounts.wrap(launch.argv, keep))
 
     def _launch(self, launch: Launch, env: dict[str, str], shm_before: set[str],
                 tmp_before: set[str]) -> None:
@@ -208,8 +254,9 @@ class TargetRun:
             if self._wait_ready(reader):
                 self._observe(reader)
         finally:
-            self._finish(shm_before, tmp_before)
-            self._child.stdout.close()
+            with self._guard.shielded():
+                self._finish(shm_before, tmp_before)
+                self._child.stdout.close()
 
     def _wait_ready(self, reader: EventReader) -> bool:
         assert self._child is not None
@@ -232,7 +279,9 @@ class TargetRun:
     def _on_ready(self, event: dict[str, Any]) -> None:
         assert self._tree is not None
         self.record.started, self.record.ready_ns = True, event["t"]
-        self._tree.name(event.get("procs", []))
+        if self._mounts is not None:
+            self._tree.fence_namespace()
+        self.record.disowned = self._tree.name(event.get("procs", []))
         self._tree.discover()
         self._scanner = procs.Scanner(self._tree, _SCAN_EVERY_S)
         self._scanner.start()
@@ -331,7 +380,12 @@ class TargetRun:
         proc = self._tree.find(s.role, s.rank)
         if proc is None or proc.handle is None:
             whom = s.role if s.rank is None else f"{s.role} rank {s.rank}"
-            self._not_applicable(f"the target has no {whom} (none named in its ready event)")
+            lied = [d for d in self.record.disowned
+                    if d.get("role") == s.role and (s.rank is None or d.get("rank") == s.rank)]
+            self._not_applicable(
+                f"the target has no {whom} (none named in its ready event)" if not lied else
+                f"the driver named pid {lied[0]['pid']} as its {whom}, which is not the "
+                f"run's ({lied[0]['why']}): the observer signals only its own processes")
             return
         self.record.fault = {"kind": kind, "role": proc.role, "rank": proc.rank, "pid": proc.pid,
                              "signal": _SIGNALS[kind].name, "time_ns": time.time_ns()}
@@ -437,18 +491,23 @@ class TargetRun:
             self._scanner.stop()
             self._held |= self._scanner.held
         self._resume_after_bound(now_anyway=True)  # a stopped process cannot exit by itself
+        signalled = self._guard.name
+        if signalled is not None:  # the observer is being ended: take the run down now
+            self.record.observer_signal, self.record.ended_by = signalled, "observer"
+            self.record.note = f"the observer got {signalled}: the run was taken down, no verdict"
         if self._child.poll() is None:
             self._end_driver(self.record.ended_by or "deadline")
         self._driver_ended()
         tree = self._tree
         tree.poll_exits(self.record.driver_end_ns or time.time_ns())
         tree.discover_session()
-        deadline = time.monotonic() + self.scenario.exit_s
+        deadline = time.monotonic() + (0.0 if signalled else self.scenario.exit_s)
         while time.monotonic() < deadline and any(p.alive() for p in tree.others()):
             time.sleep(_TICK_S)
             tree.poll_exits(time.time_ns())
-        self.record.orphans = [{"role": p.role, "rank": p.rank, "pid": p.pid, "status": p.state()}
-                               for p in tree.others() if p.alive()]
+        if signalled is None:
+            self.record.orphans = [{"role": p.role, "rank": p.rank, "pid": p.pid,
+                                    "status": p.state()} for p in tree.others() if p.alive()]
         self._held |= procs.held_shm([p.pid for p in tree.others() if p.alive()])
         tree.kill_all()
         tree.poll_exits(time.time_ns())
@@ -457,9 +516,14 @@ class TargetRun:
         self.record.stderr_tail = _tail(self.out / "driver.log")
 
     def _leftovers(self, shm_before: set[str], tmp_before: set[str]) -> list[str]:
-        """New /dev/shm names the tree held (or that carry one of its pids: faultlab's own),
-        and new files matching the target's temp_globs.  Another program's new segments on a
-        shared machine are not the target's; the target's are unlinked once recorded."""
+        """What the run left (see step 4): exactly its own with a namespace (removed with
+        it); else by name, new /dev/shm names the tree held (or that carry one of its pids:
+        faultlab's own) and new files matching temp_globs, the segments unlinked."""
+        if self._mounts is not None:
+            own = [f"{procs.SHM_DIR}/{n}" for n in self._mounts.shm_names()]
+            elsewhere = [g for g in self.target.temp_globs if not private_mounts.tmp_glob(g)]
+            return (own + self._mounts.tmp_paths(self.target.temp_globs)
+                    + sorted(self._temp_files(elsewhere) - tmp_before))
         assert self._tree is not None
         pids = {str(p) for p in self._tree.procs}
         left = []
@@ -469,8 +533,9 @@ class TargetRun:
                 _unlink(f"{procs.SHM_DIR}/{name}")
         return left + sorted(self._temp_files() - tmp_before)
 
-    def _temp_files(self) -> set[str]:
-        return {path for pattern in self.target.temp_globs for path in glob.glob(pattern)}
+    def _temp_files(self, globs: tuple[str, ...] | list[str] | None = None) -> set[str]:
+        patterns = self.target.temp_globs if globs is None else globs
+        return {path for pattern in patterns for path in glob.glob(pattern)}
 
 
 def _receiver() -> OtlpReceiver:
@@ -484,24 +549,6 @@ def otlp_env(endpoint: str) -> dict[str, str]:
     (the vLLM driver passes the endpoint on as ``LLM(otlp_traces_endpoint=...)``)."""
     return {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM to the observer raises SystemExit, so that ``_finish`` still kills the target's
-    processes (its own session would outlive us) before the observer goes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def unwind(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, unwind)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _unlink(path: str) -> None:

@@ -4,31 +4,41 @@ Data flow::
 
     target process (OpenTelemetry SDK, OTLPSpanExporter http/protobuf)
         POST http://127.0.0.1:PORT/v1/traces   body: ExportTraceServiceRequest (protobuf),
-        │                                      gzip when Content-Encoding says so
+        │                                      gzip or deflate when Content-Encoding says so
         ▼
     OtlpReceiver (ThreadingHTTPServer on 127.0.0.1, port 0, one thread per request)
-        decode ──► ReceivedSpan (name, ids, times, kind, status, attributes, events,
-                                 resource attributes, scope)  ──► .spans()
-        reply 200 ExportTraceServiceResponse; 400 undecodable, 404 another path,
-              411 no length, 413 too large, 415 another encoding or content type
+        read the body (Content-Length bytes, within ``request_timeout_s`` in all)
+        inflate it (never past MAX_BODY_BYTES) ──► decode ──► ReceivedSpan (name, ids,
+            times, kind, status, attributes, events, resource attributes, scope) ──► .spans()
+        reply 200 ExportTraceServiceResponse; 400 undecodable, truncated or shorter than
+              its Content-Length, 404 another path, 408 body too slow, 411 no length,
+              413 too large (sent or inflated), 415 another encoding or content type,
+              503 cut by stop(); a malformed request line or header: http.server's 4xx
 
 Invariants:
 
 - It listens on loopback only, on a port the kernel picks: nothing off the machine reaches
   it, and two runs never collide.
-- HTTP/1.0, one request per connection, a socket timeout per request: ``stop()`` returns
-  once the server and every request thread have ended (it joins them), so a stuck client
-  cannot keep a thread alive.
-- A bad request is answered with its status and a one-line reason, counted in
-  ``rejected``, and never raises in the server or loses the spans received before it.
+- Memory is bounded per request by MAX_BODY_BYTES twice over (the body as sent, and as
+  inflated: a gzip bomb is refused after MAX_BODY_BYTES + 1 inflated bytes, never held).
+- ``stop()`` is bounded whatever a client does: it stops accepting, then cuts the reading
+  side of every open connection (``_Connections``), so a request still being read ends at
+  once (answered 503 and counted), one already read is finished; then it joins every
+  request thread.  A connection that sent nothing is closed without an answer (no request
+  was made).  Without ``stop()``, a request that takes over ``request_timeout_s`` to send
+  its body is answered 408: a slow client cannot hold a thread forever.
+- Every bad request is answered with its status and a one-line reason (when the client can
+  still read it), counted in ``rejected``, and never raises in the server or loses the spans
+  received before it.
 - ``spans()`` is a snapshot, safe to call while requests arrive.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
+import socket
 import threading
+import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,9 +50,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 TRACES_PATH = "/v1/traces"
-MAX_BODY_BYTES = 64 << 20
+MAX_BODY_BYTES = 64 << 20  # as sent and as inflated
+_READ_BYTES = 1 << 16  # read and inflate at most this much at a time
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _KINDS = {0: "internal", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+class Refused(Exception):
+    """A request refused with ``status`` and a one-line reason (the exception's text)."""
+
+    def __init__(self, status: int, why: str) -> None:
+        super().__init__(why)
+        self.status = status
 
 
 @dataclasses.dataclass
@@ -64,6 +84,46 @@ class ReceivedSpan:
     scope: str
 
 
+class _Connections:
+    """The open request connections, so that ``stop()`` can cut them.
+
+    A connection registers from its own thread (``opened``); one that registers after
+    ``cut_all`` (accepted just before the server stopped) is cut at once, so none escapes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self.stopping = False
+
+    def opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._open.add(conn)
+            if self.stopping:
+                _cut(conn)
+
+    def closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(conn)
+
+    def cut_all(self) -> None:
+        with self._lock:
+            self.stopping = True
+            for conn in self._open:
+                _cut(conn)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+
+def _cut(conn: socket.socket) -> None:
+    """End the reading side: a blocked read returns end-of-file; the reply can still go."""
+    try:
+        conn.shutdown(socket.SHUT_RD)
+    except OSError:
+        pass  # already gone
+
+
 class OtlpReceiver:
     """``with OtlpReceiver() as r:`` ... ``r.endpoint`` (the full traces URL) ... ``r.spans()``."""
 
@@ -72,6 +132,7 @@ class OtlpReceiver:
         self._spans: list[ReceivedSpan] = []
         self.requests = 0
         self.rejected: list[str] = []
+        self.connections = _Connections()
         self._server = ThreadingHTTPServer((host, 0), _handler(self, request_timeout_s))
         self._server.daemon_threads = False  # server_close() joins every request thread
         self._thread: threading.Thread | None = None
@@ -85,11 +146,13 @@ class OtlpReceiver:
         return self
 
     def stop(self) -> None:
-        """Stop serving, end every request thread, close the socket; safe to call twice."""
+        """Stop accepting, cut every request still being read (answered 503), end every
+        request thread, close the socket; bounded whatever clients do; safe to call twice."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._server.shutdown()
             thread.join()
+        self.connections.cut_all()
         self._server.server_close()
 
     def __enter__(self) -> OtlpReceiver:
@@ -101,6 +164,10 @@ class OtlpReceiver:
     def spans(self) -> list[ReceivedSpan]:
         with self._lock:
             return list(self._spans)
+
+    def open_requests(self) -> int:
+        """Connections accepted and not yet closed (a request being read or answered)."""
+        return len(self.connections)
 
     def accept(self, body: bytes) -> None:
         """Decode one request body (raises ``DecodeError``) and keep its spans."""
@@ -118,41 +185,101 @@ class OtlpReceiver:
 
 def _handler(receiver: OtlpReceiver, timeout_s: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = timeout_s  # a silent client cannot hold stop() forever
+        timeout = timeout_s  # a silent client cannot hold a thread forever
+
+        def setup(self) -> None:
+            super().setup()
+            receiver.connections.opened(self.connection)
+
+        def finish(self) -> None:
+            try:
+                super().finish()
+            except OSError:
+                pass  # the client is gone: nothing left to flush
+            finally:
+                receiver.connections.closed(self.connection)
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except OSError:
+                pass  # the client went away mid-reply: the request was counted already
 
         def do_POST(self) -> None:
-            status, why = self._receive()
-            if status != 200:
-                receiver.reject(f"{status} {why}")
-            body = ExportTraceServiceResponse().SerializeToString() if status == 200 else \
-                why.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-protobuf" if status == 200
-                             else "text/plain")
+            try:
+                self._receive()
+            except Refused as refused:
+                self.send_error(refused.status, str(refused))
+                return
+            body = ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-        def _receive(self) -> tuple[int, str]:
+        def send_error(self, code: int, message: str | None = None,
+                       explain: str | None = None) -> None:
+            """Every refusal, ours or http.server's (a bad request line, an unknown method),
+            is counted and answered with its one-line reason as a text body."""
+            why = message or self.responses.get(code, ("", ""))[0]
+            receiver.reject(f"{code} {why}")
+            body = why.encode("utf-8", "replace")
+            self.close_connection = True
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _receive(self) -> None:
             if self.path.split("?", 1)[0] != TRACES_PATH:
-                return 404, f"only POST {TRACES_PATH} is served"
+                raise Refused(404, f"only POST {TRACES_PATH} is served")
             kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             if kind != "application/x-protobuf":
-                return 415, f"content type {kind!r}: only application/x-protobuf is read"
+                raise Refused(415, f"content type {kind!r}: only application/x-protobuf is read")
+            encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
+            if encoding not in ("", "identity", *_WBITS):
+                raise Refused(415, f"content encoding {encoding!r}: only gzip, deflate or "
+                                   "none is read")
             length = self.headers.get("Content-Length")
             if length is None or not length.isdigit():
-                return 411, "a Content-Length is required"
+                raise Refused(411, "a Content-Length is required")
             if int(length) > MAX_BODY_BYTES:
-                return 413, f"{length} bytes is over the {MAX_BODY_BYTES} byte limit"
-            body = self.rfile.read(int(length))
+                raise Refused(413, f"{length} bytes is over the {MAX_BODY_BYTES} byte limit")
+            body = inflate(self._read_body(int(length)), encoding)
             try:
-                body = _decompress(body, (self.headers.get("Content-Encoding") or "").lower())
                 receiver.accept(body)
-            except ValueError as exc:  # an encoding we do not read
-                return 415, str(exc)
-            except (DecodeError, OSError, EOFError, zlib.error) as exc:
-                return 400, f"undecodable request: {type(exc).__name__}: {exc}"
-            return 200, ""
+            except DecodeError as exc:
+                raise Refused(400, f"undecodable request: {type(exc).__name__}: {exc}") from None
+
+        def _read_body(self, length: int) -> bytes:
+            """Exactly ``length`` bytes, within ``timeout_s`` in all (not per read)."""
+            deadline = time.monotonic() + timeout_s
+            body = bytearray()
+            while len(body) < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Refused(408, f"the body was not sent within {timeout_s:g} s: "
+                                       f"{len(body)} of its {length} bytes came")
+                self.connection.settimeout(left)
+                try:
+                    chunk = self.rfile.read1(min(length - len(body), _READ_BYTES))
+                except TimeoutError:
+                    continue  # the deadline above refuses it
+                if not chunk:
+                    raise self._ended(len(body), length)
+                body += chunk
+            return bytes(body)
+
+        def _ended(self, got: int, length: int) -> Refused:
+            if receiver.connections.stopping:
+                return Refused(503, f"the receiver stopped after {got} of the body's "
+                                    f"{length} bytes")
+            return Refused(400, f"the body ended after {got} of its {length} Content-Length "
+                                "bytes")
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -160,14 +287,41 @@ def _handler(receiver: OtlpReceiver, timeout_s: float) -> type[BaseHTTPRequestHa
     return Handler
 
 
-def _decompress(body: bytes, encoding: str) -> bytes:
-    if encoding in ("", "identity"):
+def inflate(body: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body as sent, inflated (gzip: every member), never more than ``limit`` bytes:
+    raises ``Refused`` 413 past it, 400 for a corrupt or truncated stream."""
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
         return body
-    if encoding == "gzip":
-        return gzip.decompress(body)
-    if encoding == "deflate":
-        return zlib.decompress(body)
-    raise ValueError(f"content encoding {encoding!r}: only gzip, deflate or none is read")
+    out = bytearray()
+    data = body
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = _inflate_member(inflater, data, out, limit, encoding)
+        except zlib.error as exc:
+            raise Refused(400, f"undecodable request: corrupt {encoding} body: {exc}") from None
+        if not inflater.eof:
+            raise Refused(400, f"truncated {encoding} body: its {len(body)} bytes end before "
+                               f"the compressed stream does")
+        if encoding != "gzip" or not data.strip(b"\0"):
+            return bytes(out)  # trailing zeros are padding, as gzip.decompress takes them
+
+
+def _inflate_member(inflater: Any, data: bytes, out: bytearray, limit: int,
+                    encoding: str) -> bytes:
+    """Inflate one compressed stream into ``out`` a bounded piece at a time; the bytes
+    after it (another gzip member, or nothing)."""
+    while not inflater.eof:
+        piece = inflater.decompress(data, min(_READ_BYTES, limit + 1 - len(out)))
+        out += piece
+        if len(out) > limit:
+            raise Refused(413, f"the {encoding} body inflates to more than the "
+                               f"{limit} byte limit")
+        if not piece and not data:
+            break  # no input left and no output pending: the stream was cut short
+        data = inflater.unconsumed_tail
+    return inflater.unused_data if inflater.eof else b""
 
 
 def decode(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:

@@ -9,9 +9,10 @@ Data flow::
               attribute faultlab.failure (one sentence: who, what, when, detected how)
               links to the fault, detection and restart spans (extra: the story reads without)
             ──► RecordedSpan.story_spans of the RPC (exported as its children):
-              worker.<fate> (e.g. "worker.killed") in the victim's own process, so the killed
-              rank has a row on the timeline, saying what happened to it, even when it never
-              took the call; or, for a fault with no victim process, a chaos.fault child
+              <role>.<fate> (e.g. "worker.killed", "driver.killed") in the victim's own
+              process, so the killed rank (or driver) has a row on the timeline, saying what
+              happened to it, even when it never took the call; or, for a fault with no
+              victim process (a queue, a node), a chaos.fault child
 
 Invariants:
 
@@ -21,6 +22,9 @@ Invariants:
   the RPC's start (negative: before it), ``*.at`` as an ISO time.  Raw nanoseconds stay only
   where a program reads them, under a ``raw`` name (``faultlab.detection.raw_time_ns``).
 - Latencies and durations are milliseconds with two decimals.
+- The sentence names what the fault hit (``fault_target``: a worker by rank and pid, the
+  driver, a node, a queue), never another span's process; "while this call was in flight"
+  only for a fault from the RPC's start on, never for one that came before it began.
 - Deterministic: the children's ids derive from the RPC's and the fault's ids, so marking
   twice replaces, never adds.
 """
@@ -227,24 +231,44 @@ def _mark_consequences(fault: FaultInfo, members: list[RecordedSpan], fate: str)
 
 def victim_fate(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]) -> str:
     """What happened to the process the fault hit, as it bears on this RPC."""
-    target = f"worker rank {fault.rank} (pid {fault.pid})" if fault.rank is not None \
-        else f"pid {fault.pid}" if fault.pid is not None else "the executor"
     mode = fault.span.attributes.get("chaos.mode")
-    if fault.kind == "corrupt_queue":  # the queue is hit, not a process
-        target = f"the queue read by {target}"
     verb = _FATES.get(fault.signal or "", ("", f"hit by {fault.kind}"
                                            + (f" ({mode})" if mode else "")))[1]
+    return f"{fault_target(fault)} {verb} {when(fault.time_ns, rpc)}, {_doing(fault, rpc, members)}"
+
+
+def fault_target(fault: FaultInfo) -> str:
+    """Who or what the fault hit, in words: a worker, the driver, a node, a queue."""
+    pid = f" (pid {fault.pid})" if fault.pid is not None else ""
+    if fault.kind == "kill_driver":
+        return f"the driver{pid}"
+    if fault.kind == "kill_node":
+        node = fault.span.attributes.get("chaos.node")
+        return f"node {node} (every process on it)" if node is not None else \
+            f"the node of worker rank {fault.rank}" if fault.rank is not None else "a node"
+    target = f"worker rank {fault.rank}{pid}" if fault.rank is not None \
+        else f"pid {fault.pid}" if fault.pid is not None else "the executor"
+    return f"the queue read by {target}" if fault.kind == "corrupt_queue" else target
+
+
+def _doing(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]) -> str:
+    """Where the victim was in this call when the fault came.  "In flight" only when the
+    fault came while the RPC was open (from its start on: a fault before it began is not)."""
+    if fault.pid is not None and fault.pid == rpc.process.pid:
+        return "while it waited on this call, which never returned"
     own = [m for m in members if fault.pid is not None and m.process.pid == fault.pid]
     cut = next((m for m in own if m.truncated), None)
     if cut is not None:
-        doing = f"inside {cut.name}"
-    elif own and all(m.end_ns is not None and m.end_ns <= fault.time_ns for m in own):
-        doing = "after its part of this call had ended"
-    elif fault.pid is not None and not own:
-        doing = "before it took this call (so it has no other span here)"
-    else:
-        doing = "while this call was in flight"
-    return f"{target} {verb} {when(fault.time_ns, rpc)}, {doing}"
+        return f"inside {cut.name}"
+    if own and all(m.end_ns is not None and m.end_ns <= fault.time_ns for m in own):
+        return "after its part of this call had ended"
+    if fault.pid is not None and not own:
+        return "before it took this call (so it has no other span here)"
+    if own and all(m.start_ns >= fault.time_ns for m in own):
+        return "before its part of this call began"
+    if fault.time_ns < rpc.start_ns:
+        return "before this call began"
+    return "while this call was in flight"
 
 
 def _summary(fault: FaultInfo, rpc: RecordedSpan, restart: RecordedSpan | None,
@@ -277,9 +301,11 @@ def _child(rpc: RecordedSpan, fault: FaultInfo, name: str, process: ProcessInfo,
 
 def _victim_span(rpc: RecordedSpan, fault: FaultInfo, victim: ProcessInfo, fate: str,
                  attrs: dict[str, Any]) -> RecordedSpan:
-    """The victim's row in the RPC's trace: ``worker.killed [rank 1]``, an error."""
+    """The victim's row in the RPC's trace: ``worker.killed [rank 1]`` (``driver.killed``
+    for the driver), an error."""
     verb = _FATES.get(fault.signal or "", (fault.kind, ""))[0]
-    span = _child(rpc, fault, f"worker.{verb}", victim, {**attrs, "faultlab.fate": fate}, 1)
+    span = _child(rpc, fault, f"{victim.role}.{verb}", victim, {**attrs, "faultlab.fate": fate},
+                  1)
     span.status, span.status_message = "ERROR", fate
     return span
 

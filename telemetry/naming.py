@@ -73,12 +73,15 @@ def export_attributes(span: RecordedSpan) -> dict[str, Any]:
 
 
 def error_type(span: RecordedSpan) -> str:
-    """``error.type`` of a failed span: its exception's type, else its outcome or message."""
+    """``error.type`` of a failed span: its exception's type, else its outcome, else
+    ``process_death`` for a span its process's death cut short, else its message's head."""
     error = next((e for e in span.events if e.name == "exception"), None)
     if error is not None and error.attributes.get("exception.type"):
         return str(error.attributes["exception.type"])
     outcome = span.attributes.get("faultlab.outcome")
     if outcome:
         return str(outcome)
+    if span.truncated and not span.stopped and not span.status_message:
+        return "process_death"  # cut short: its process ended (killed, lost) before it did
     head = span.status_message.partition(":")[0].strip()
     return head if head.isidentifier() else "_OTHER"

@@ -65,6 +65,7 @@ from telemetry.naming import STEP_FAILED, error_type
 
 DEATHS = ("executor.worker_death", "executor.node_lost")
 KILLING = ("kill_worker", "term_worker", "kill_driver", "kill_node")
+DRIVER_KILLS = ("kill_driver",)  # the victim is the driver, whatever rank the record names
 REPAIRS = ("resume_worker",)  # faults that undo one: never the cause of a failed RPC
 _KIND_PREFIXES = (
     ("rpc ", "client"), ("worker.execute ", "server"), ("executor.enqueue", "producer"),
@@ -132,9 +133,9 @@ class Story:
             return
         if span.point and span.name == FAULT:
             self._seen.add(span.span_id)
+            kind = str(attrs.get("chaos.kind", "fault"))
             self.faults.append(FaultInfo(
-                span, str(attrs.get("chaos.kind", "fault")), _int(attrs.get("faultlab.rank")),
-                _int(attrs.get("process.pid")) or None,
+                span, kind, _fault_rank(kind, attrs), _int(attrs.get("process.pid")) or None,
                 _int(attrs.get("chaos.time_ns")) or span.start_ns))
         elif span.point and span.name in DEATHS:
             self._seen.add(span.span_id)
@@ -195,13 +196,17 @@ class Story:
                    key=lambda f: f.time_ns, default=None)
 
     def _victim(self, fault: FaultInfo) -> ProcessInfo | None:
-        """The worker process a signal fault hit (its row in the failed RPC's trace)."""
-        if fault.pid is None or fault.rank is None or fault.signal is None:
+        """The process a signal fault hit, a worker or the driver (its row in the failed
+        RPC's trace); a node's loss has no one victim process."""
+        if fault.pid is None or fault.signal is None or fault.kind == "kill_node":
             return None
         known = self.processes.get(fault.pid)
         if known is not None:
             return known
-        return ProcessInfo(fault.pid, fault.rank, "worker", fault.span.process.service,
+        role = "driver" if fault.kind in DRIVER_KILLS else "worker"
+        if role == "worker" and fault.rank is None:
+            return None
+        return ProcessInfo(fault.pid, fault.rank, role, fault.span.process.service,
                            0, fault.span.process.created_ns, fault.span.process.host)
 
     def _restart_after(self, fault: FaultInfo) -> RecordedSpan | None:
@@ -297,6 +302,13 @@ def _matches(fault: FaultInfo, sign: Sign) -> bool:
     if fault.pid is not None and sign.pid is not None:
         return fault.pid == sign.pid
     return fault.rank in sign.ranks
+
+
+def _fault_rank(kind: str, attrs: dict[str, Any]) -> int | None:
+    """The worker rank a fault names: none for the driver's kill (its record carries the
+    plan's default rank) nor for a negative one (a node's kill records -1)."""
+    rank = _int(attrs.get("faultlab.rank"))
+    return None if kind in DRIVER_KILLS or (rank is not None and rank < 0) else rank
 
 
 def _int(value: Any) -> int | None:

@@ -209,10 +209,12 @@ class TargetRun:
 
     def _launch_and_observe(self) -> None:
         shm_before, tmp_before = procs.shm_names(), self._temp_files()
-        launch = self._private(self.target.launch(self.spec, str(self.out)))
-        receiver = _receiver() if self.target.otlp_traces else None
-        env = launch.env if receiver is None else {**launch.env, **otlp_env(receiver.endpoint)}
+        receiver = None
         try:
+            launch = self._private(self.target.launch(self.spec, str(self.out)))
+            receiver = _receiver() if self.target.otlp_traces else None
+            env = launch.env if receiver is None else {**launch.env,
+                                                       **otlp_env(receiver.endpoint)}
             with observer_guard.realtime() as how:
                 self.record.observer_priority = how
                 self._launch(launch, env, shm_before, tmp_before)

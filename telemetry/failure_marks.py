@@ -46,6 +46,7 @@ _FATES = {"SIGKILL": ("killed", "killed by SIGKILL"),
           "SIGTERM": ("terminated", "terminated by SIGTERM"),
           "SIGSTOP": ("stopped", "stopped by SIGSTOP (hung)")}
 _M64 = (1 << 64) - 1
+_NO_VICTIM_PROCESS = ("corrupt_queue", "kill_node")  # its pid is a writer's, an agent's
 
 
 @dataclasses.dataclass
@@ -238,7 +239,8 @@ def victim_fate(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]
 
 
 def fault_target(fault: FaultInfo) -> str:
-    """Who or what the fault hit, in words: a worker, the driver, a node, a queue."""
+    """Who or what the fault hit, in words: a worker, the driver, a node, a queue.  A queue's
+    fault names the rank that reads it; its pid is the process that damaged it (a writer)."""
     pid = f" (pid {fault.pid})" if fault.pid is not None else ""
     if fault.kind == "kill_driver":
         return f"the driver{pid}"
@@ -246,29 +248,35 @@ def fault_target(fault: FaultInfo) -> str:
         node = fault.span.attributes.get("chaos.node")
         return f"node {node} (every process on it)" if node is not None else \
             f"the node of worker rank {fault.rank}" if fault.rank is not None else "a node"
-    target = f"worker rank {fault.rank}{pid}" if fault.rank is not None \
+    if fault.kind == "corrupt_queue":
+        reader = f" read by worker rank {fault.rank}" if fault.rank is not None else ""
+        writer = f" (written by pid {fault.pid})" if fault.pid is not None else ""
+        return f"the queue{reader}{writer}"
+    return f"worker rank {fault.rank}{pid}" if fault.rank is not None \
         else f"pid {fault.pid}" if fault.pid is not None else "the executor"
-    return f"the queue read by {target}" if fault.kind == "corrupt_queue" else target
 
 
 def _doing(fault: FaultInfo, rpc: RecordedSpan, members: list[RecordedSpan]) -> str:
     """Where the victim was in this call when the fault came.  "In flight" only when the
-    fault came while the RPC was open (from its start on: a fault before it began is not)."""
-    if fault.pid is not None and fault.pid == rpc.process.pid:
-        return "while it waited on this call, which never returned"
-    own = [m for m in members if fault.pid is not None and m.process.pid == fault.pid]
+    fault came while the RPC was open (from its start on: a fault before it began is not);
+    a fault on no one process (a queue, a node) is placed by its time alone."""
+    timed = "before this call began" if fault.time_ns < rpc.start_ns \
+        else "while this call was in flight"
+    if fault.pid is None or fault.kind in _NO_VICTIM_PROCESS:
+        return timed
+    if fault.pid == rpc.process.pid:  # the caller itself: the driver's death
+        return "while it waited on this call, which never returned" if rpc.truncated else timed
+    own = [m for m in members if m.process.pid == fault.pid]
     cut = next((m for m in own if m.truncated), None)
     if cut is not None:
         return f"inside {cut.name}"
     if own and all(m.end_ns is not None and m.end_ns <= fault.time_ns for m in own):
         return "after its part of this call had ended"
-    if fault.pid is not None and not own:
+    if not own:
         return "before it took this call (so it has no other span here)"
-    if own and all(m.start_ns >= fault.time_ns for m in own):
+    if all(m.start_ns >= fault.time_ns for m in own):
         return "before its part of this call began"
-    if fault.time_ns < rpc.start_ns:
-        return "before this call began"
-    return "while this call was in flight"
+    return timed
 
 
 def _summary(fault: FaultInfo, rpc: RecordedSpan, restart: RecordedSpan | None,

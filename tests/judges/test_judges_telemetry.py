@@ -184,6 +184,19 @@ def story_a_node_kill_names_the_node() -> None:
     assert "rank -1" not in told and "detected 200.00 ms after the fault (node_lost)" in told
 
 
+def story_a_damaged_request_queue_is_the_queues_fault() -> None:
+    """Found here on a real run: the driver's failpoint damages the request queue read by
+    rank 1 and records its own pid; told as 'the queue read by worker rank 1 (pid
+    <driver>)', then (with the driver's kill told right) as the driver waiting forever."""
+    rpc = _rpc(10, 400, "WorkerError")
+    tell([rpc, _span("executor.enqueue", EXEC0, 11, 12, parent=RPC),
+          _fault("corrupt_queue", 100, rank=1, pid=DRIVER.pid, mode="flip_payload")])
+    told = _failure(rpc)
+    assert told.startswith("the queue read by worker rank 1 (written by pid 100) hit by "
+                           "corrupt_queue (flip_payload) 90.00 ms into this RPC, while this "
+                           "call was in flight"), told
+
+
 def _detected_ms(other_death_at: int) -> float:
     rpc = _rpc(10, 400)
     tell([rpc, _span("worker.execute sleep", EXEC1, 20, None, parent=RPC, process=RANK1),
@@ -362,6 +375,7 @@ CASES: list[Case] = [
     story_the_drivers_kill_is_the_drivers_death,
     story_the_drivers_kill_is_the_drivers_death_when_timed,
     story_a_node_kill_names_the_node,
+    story_a_damaged_request_queue_is_the_queues_fault,
     story_another_workers_death_is_not_the_detection,
     story_the_victims_death_is_the_detection,
     story_an_rpc_that_succeeded_carries_no_fault,

@@ -1,6 +1,8 @@
 """Target scenarios run and compared: one row per (target, scenario, seed).
 
-    run_target_scenario(target, scenario, seed, out)  TargetRun + the oracles ──► TargetResult
+    run_target_scenario(target, scenario, seed, out)  TargetRun ──► TargetRecord
+                                                      ──judge_record (the oracles, the grades)──►
+                                                      TargetResult (result.json, the trace)
     run_targets(suite, target, seeds, out)            every target scenario of a suite
     compare(suite, targets, seeds, out)               ──► DIR/compare.json   {"targets", "rows",
                                                                              "skipped", ...}
@@ -31,7 +33,7 @@ from xml.etree import ElementTree as ET
 
 from chaos.targets import oracles
 from chaos.targets.base import Target
-from chaos.targets.run import TargetRun
+from chaos.targets.run import TargetRecord, TargetRun
 from chaos.targets.run_trace import write_run_trace
 from chaos.targets.scenario import TargetScenario
 
@@ -78,12 +80,25 @@ def run_target_scenario(target: Target, scenario: TargetScenario, seed: int, out
     record = observer.run()
     expected = (oracles.reference_values(target, scenario, seed, reference_root)
                 if record.applicable and record.calls else None)
+    result = judge_record(target.name, scenario, seed, record, expected, out)
+    (out / "result.json").write_text(json.dumps(result.row(), indent=1))
+    write_run_trace(record, out, observer.target_spans, result.row())  # faultlab trace export
+    return result
+
+
+def judge_record(target_name: str, scenario: TargetScenario, seed: int, record: TargetRecord,
+                 expected: oracles.Expected, out: Path) -> TargetResult:
+    """One run's row from its record alone (no process, no file): the oracles' verdicts and
+    the grades, each field from one source: ``fault`` is the scenario's kind, ``detected`` /
+    ``detection_latency_s`` / ``cause_named`` / ``outcome`` are chaos.targets.oracles' grades,
+    ``orphans`` and ``leftovers`` are the record's, ``note`` is the record's unless a stopped
+    worker's resume says what happened within the bound."""
     violations, tolerated = oracles.check(record, expected, scenario.tolerate)
     note = record.note
     if record.fault is not None and record.fault.get("within_bound"):
         note = f"within the {scenario.bound_s:g} s bound: {record.fault['within_bound']}"
-    result = TargetResult(
-        target=target.name, scenario=scenario.name, seed=seed, fault=scenario.fault,
+    return TargetResult(
+        target=target_name, scenario=scenario.name, seed=seed, fault=scenario.fault,
         outcome=oracles.outcome(record, expected), detected=oracles.detected(record),
         detection_latency_s=_rounded(oracles.detection_latency_s(record)),
         cause_named=oracles.cause_named(record),
@@ -92,9 +107,6 @@ def run_target_scenario(target: Target, scenario: TargetScenario, seed: int, out
         leftovers=list(record.leftovers), violations=[str(v) for v in violations],
         tolerated=[str(v) for v in tolerated], note=note, wall_s=round(record.wall_s, 3),
         dir=str(out))
-    (out / "result.json").write_text(json.dumps(result.row(), indent=1))
-    write_run_trace(record, out, observer.target_spans, result.row())  # faultlab trace export
-    return result
 
 
 def run_targets(target: Target, scenarios: Sequence[TargetScenario], seeds: Sequence[int],

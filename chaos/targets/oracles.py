@@ -12,8 +12,15 @@
         ├─ fault_free_stays_fault_free   fault "none": every call returned, no error, exit 0
         ├─ started                  the driver reported ready within the target's start timeout
         └─ planned_faults_fired     the fault fired (its trigger came while the driver lived)
-    grades (no violation): cause_named (rank / worker / generic / none), detection_latency_s,
-    outcome (one word per run, see ``outcome``)
+    grades (no violation), over caller_errors (the error events and failed calls at or
+    after the fault, earliest first):
+        detected                    a fault fired and something reached the caller after it
+        detection_latency_s         the earliest of them (error or failed call) − the fault
+        cause_named                 rank / worker / generic / none, graded on the first
+                                    ``error`` event (it wins over an earlier failed call),
+                                    else on the first failed call
+        outcome                     one word per run, see ``outcome`` (a killed driver's run
+                                    with orphans and leftovers is "orphans")
 
 A scenario's ``tolerate`` list moves the violations of those invariants to notes: the
 behaviour is recorded (a SIGSTOPped worker hangs a call that has no deadline, on every
@@ -87,15 +94,29 @@ def cause_named(record: TargetRecord) -> str:
 
 
 def grade_message(message: str, rank: int | None = None, pid: int | None = None) -> str:
-    ranks = {int(m) for m in _RANK_RE.findall(message)}
-    names_rank = bool(ranks) and (rank is None or rank in ranks)
-    pids = {int(m) for m in _PID_RE.findall(message)}
-    names_how = bool(_SIGNAL_RE.search(message)) or (bool(pids) and (pid is None or pid in pids))
-    if names_rank and names_how:
+    """"rank": names the fault's rank and how it died (a signal, an exit code, or its pid);
+    "worker": names a worker/process dying, the fault's rank alone, or the fault's pid alone;
+    "generic": none of these.  With ``rank`` / ``pid`` None any rank / pid counts."""
+    names_rank = _names_rank(message, rank)
+    if names_rank and _names_how(message, pid):
         return "rank"
-    if _WORKER_RE.search(message) or names_rank:
+    if _WORKER_RE.search(message) or names_rank or _names_pid(message, pid):
         return "worker"
     return "generic"
+
+
+def _names_rank(message: str, rank: int | None) -> bool:
+    ranks = {int(m) for m in _RANK_RE.findall(message)}
+    return bool(ranks) and (rank is None or rank in ranks)
+
+
+def _names_pid(message: str, pid: int | None) -> bool:
+    pids = {int(m) for m in _PID_RE.findall(message)}
+    return bool(pids) and (pid is None or pid in pids)
+
+
+def _names_how(message: str, pid: int | None) -> bool:
+    return bool(_SIGNAL_RE.search(message)) or _names_pid(message, pid)
 
 
 def outcome(record: TargetRecord, expected: Expected = None) -> str:
@@ -106,7 +127,7 @@ def outcome(record: TargetRecord, expected: Expected = None) -> str:
     if not record.started:
         return "start_failed"
     if record.fault_kind == "kill_driver" and record.fault is not None:
-        return "orphans" if record.orphans else "leftovers" if record.leftovers else "exit_clean"
+        return _kill_driver_outcome(record)
     if record.stuck:
         return "hang"
     if _wrong(record, expected):
@@ -116,6 +137,11 @@ def outcome(record: TargetRecord, expected: Expected = None) -> str:
     if record.done_ns is None or record.driver_returncode not in (0, None):
         return "crashed"
     return "ok" if record.fault_kind == "none" else "unaffected"
+
+
+def _kill_driver_outcome(record: TargetRecord) -> str:
+    """Orphans outrank leftovers: a run with both is "orphans" (its leftovers stay in the row)."""
+    return "orphans" if record.orphans else "leftovers" if record.leftovers else "exit_clean"
 
 
 # ------------------------------------------------------------------ oracles
@@ -153,9 +179,10 @@ def failure_detected(record: TargetRecord, expected: Expected = None) -> list[Vi
                and record.ended_by is None else "calls did not all return")
         return [Violation("detection", f"{what} never reached the caller: no error or failed "
                                        f"call after it ({how})")]
-    if latency > record.bounds.get("detect_s", 5.0):
+    detect_s = record.bounds.get("detect_s", 5.0)
+    if latency > detect_s:
         return [Violation("detection", f"{what} reached the caller after {latency:.3f} s, "
-                                       f"beyond the {record.bounds['detect_s']:g} s bound")]
+                                       f"beyond the {detect_s:g} s bound")]
     return []
 
 
@@ -249,7 +276,9 @@ def check(record: TargetRecord, expected: Expected,
     A run whose fault did not apply (found so only once running) is judged by none."""
     if not record.applicable:
         return [], []
-    found = [v for oracle in ORACLES for v in oracle(record, expected)]
+    # Each oracle is looked up by name at call time (a planted judge replaces it here too).
+    found = [v for oracle in ORACLES
+             for v in globals().get(oracle.__name__, oracle)(record, expected)]
     return ([v for v in found if v.invariant not in tolerate],
             [v for v in found if v.invariant in tolerate])
 

@@ -28,6 +28,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from chaos.planted_judges import PlantedJudge
+from telemetry.failure_marks import ms
+from telemetry.otlp_receiver import MAX_BODY_BYTES, Refused
+from telemetry.story import Story
 
 
 def _first_span_rank(original: Callable[..., str]) -> Callable[..., str]:
@@ -39,8 +42,6 @@ def _first_span_rank(original: Callable[..., str]) -> Callable[..., str]:
 
 
 def _before_with_le(original: Callable[[int, Any], str]) -> Callable[[int, Any], str]:
-    from telemetry.failure_marks import ms
-
     def when(time_ns: int, rpc: Any) -> str:
         if time_ns <= rpc.start_ns:
             return f"{ms(rpc.start_ns - time_ns):.2f} ms before this RPC began"
@@ -88,8 +89,6 @@ def _drops_late_events(original: Callable[[Any, int], list[Any]]) -> Callable[[A
 
 
 def _each_trace_alone(original: Callable[..., Iterator[list[Any]]]) -> Callable[..., Iterator[list[Any]]]:
-    from telemetry.story import Story
-
     def traces(self: Any, start: int = 0, stop: int | None = None) -> Iterator[list[Any]]:
         stop = self.n_traces if stop is None else min(stop, self.n_traces)
         for k in range(start, stop):
@@ -109,8 +108,6 @@ def _counts_only_400(original: Callable[[Any, str], None]) -> Callable[[Any, str
 
 
 def _caps_the_compressed_size(original: Callable[..., bytes]) -> Callable[..., bytes]:
-    from telemetry.otlp_receiver import MAX_BODY_BYTES, Refused
-
     def inflate(body: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
         if len(body) > limit:
             raise Refused(413, f"{len(body)} bytes is over the {limit} byte limit")
@@ -119,8 +116,6 @@ def _caps_the_compressed_size(original: Callable[..., bytes]) -> Callable[..., b
 
 
 def _takes_truncated(original: Callable[..., bytes]) -> Callable[..., bytes]:
-    from telemetry.otlp_receiver import MAX_BODY_BYTES
-
     def inflate(body: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
         if encoding != "gzip":
             return original(body, encoding, limit)

@@ -63,6 +63,17 @@ def test_the_fault_is_detected_by_an_rpc_error(rpc_error_run: Path) -> None:
         assert sign.span.kind == "client" and sign.span.status == "ERROR"
 
 
+def test_no_fault_before_its_rpc_is_told_in_flight(rpc_error_run: Path) -> None:
+    """deadline: the echo after the timed-out sleep fails too (rank 1 serves it only when
+    the scenario resumes it); its fault came 800 ms before it began (issue 32: told as
+    "... before this RPC began, while this call was in flight")."""
+    told = [str(s.attributes["faultlab.failure"]) for s in read_run(rpc_error_run)
+            if "faultlab.failure" in s.attributes]
+    assert told
+    for sentence in told:
+        assert not ("before this RPC began" in sentence and "in flight" in sentence), sentence
+
+
 def test_streamed_jaeger_is_the_whole_run_document(rpc_error_run: Path) -> None:
     whole = json.dumps(render(rpc_error_run, "jaeger"), separators=(",", ":"))
     assert _streamed(rpc_error_run, "jaeger") == whole

@@ -29,10 +29,10 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from chaos import edge_oracles
+from chaos import edge_oracles, recording
 from chaos.outcomes import Outcome
-from chaos.recording import UNKNOWN, CallRecord, requested_error, timed_out_as_requested
-from chaos.run_record import Bounds, RunRecord, Violation  # noqa: F401 - Bounds: re-exported
+from chaos.recording import UNKNOWN, CallRecord
+from chaos.run_record import Bounds, RunRecord, Violation  # Bounds: also re-exported
 
 DOCUMENTED_ERRORS = frozenset({
     "ExecutorFailedError", "WorkerError", "CorruptMessageError", "TimeoutError",
@@ -72,13 +72,20 @@ def deadlines_met(run: RunRecord) -> list[Violation]:
     for c in run.calls:
         if c.deadline is None or c.end is None or (c.non_block and c.waited_at is None):
             continue
-        bound = max(c.deadline, c.waited_at or c.start) + slack
-        if c.end > bound:
+        if c.end > deadline_bound(c, run.bounds):
             out.append(Violation("deadline", (
                 f"call {c.index} {c.method}{_args(c)} with timeout {c.timeout:g} s ended after "
                 f"{c.end - c.start:.3f} s (outcome {c.outcome} {c.error_type}), beyond its "
                 f"deadline plus {slack:g} s")))
     return out
+
+
+def deadline_bound(c: CallRecord, bounds: Bounds) -> float:
+    """The latest a call with a deadline may end (monotonic): its deadline, or the moment the
+    workload first waited on its future if later (a future is not timed before it is asked),
+    plus the slack of a shared machine."""
+    assert c.deadline is not None
+    return max(c.deadline, c.waited_at or c.start) + bounds.deadline_slack_s
 
 
 def failure_detected(run: RunRecord) -> list[Violation]:
@@ -206,8 +213,9 @@ def fault_free_stays_fault_free(run: RunRecord) -> list[Violation]:
 
 def _not_as_requested(c: CallRecord) -> bool:
     """An error the call did not ask for (ExecutorFailedError: see _unrequested_failure)."""
-    return (c.expect_errors is None and c.outcome == "error" and not timed_out_as_requested(c)
-            and c.error_type not in ("ExecutorFailedError", requested_error(c)))
+    return (c.expect_errors is None and c.outcome == "error"
+            and not recording.timed_out_as_requested(c)
+            and c.error_type not in ("ExecutorFailedError", recording.requested_error(c)))
 
 
 def _unrequested_failure(run: RunRecord, when: str) -> str | None:

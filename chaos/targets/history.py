@@ -50,12 +50,20 @@ def text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
 
 
+def completion_order(record: TargetRecord) -> dict[int, int]:
+    """call -> its place in the order calls completed (``end_ns``, ties by call id), for a
+    target that promises order (ORDERED); empty for the others (no ``seq``: nothing judged)."""
+    if record.target not in ORDERED:
+        return {}
+    ended = sorted((c.get("end_ns") or 0, i) for i, c in record.calls.items()
+                   if c.get("outcome") in ("ok", "fail"))
+    return {i: n for n, (_, i) in enumerate(ended)}
+
+
 def build(record: TargetRecord, expected: dict[int, Any] | None) -> list[dict[str, Any]]:
     """The history of ``record``'s calls, in time order (an event without a time last)."""
     events: list[dict[str, Any]] = []
-    ended = sorted((c.get("end_ns") or 0, i) for i, c in record.calls.items()
-                   if c.get("outcome") in ("ok", "fail"))
-    seq = {i: n for n, (_, i) in enumerate(ended)} if record.target in ORDERED else {}
+    seq = completion_order(record)
     for i, c in sorted(record.calls.items()):
         want = None if expected is None or i not in expected else text(expected[i])
         events.append({"op": "invoke", "call": i, "t": c.get("invoke_ns"), "method": c.get("what"),

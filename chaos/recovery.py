@@ -411,9 +411,8 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
            reference: dict[str, list[int]], leaks: list[str], wall_s: float) -> RecoveryResult:
     recovery = run.engine.recovery
     records = recovery.records if recovery is not None else []
-    first = next((r.first_token_at for r in records if r.first_token_at is not None), None)
-    latency = None if first is None or run.fault_at is None else first - run.fault_at
-    recovered = bool(records) and not run.errors and not run.engine_error
+    latency = recovery_latency_s(records, run.fault_at)
+    recovered = has_recovered(records, run)
     result = RecoveryResult(
         s.name, seed, [], out, Outcome.RECOVER if POLICIES[s.policy].recovers else Outcome.FAIL_FAST,
         Outcome.RECOVER if recovered else Outcome.FAIL_FAST if run.errors else None, wall_s,
@@ -425,36 +424,84 @@ def _judge(s: RecoveryScenario, seed: int, out: Path, run: _FaultedRun,
     return result
 
 
+def recovery_latency_s(records: list[Any], fault_at: float | None) -> float | None:
+    """Fault to the first new token of the first recovery that produced one (a recovery a
+    second fault interrupted before any new token has none: the next one's counts)."""
+    first = next((r.first_token_at for r in records if r.first_token_at is not None), None)
+    return None if first is None or fault_at is None else first - fault_at
+
+
+def has_recovered(records: list[Any], run: _FaultedRun) -> bool:
+    """A recovery was recorded, and every request finished with the engine still up."""
+    return bool(records) and not run.errors and not run.engine_error
+
+
+# The recovery scenario's oracles, in the order they report; each a small named check so a
+# planted judge (chaos/planted_judges/recovery.py) can replace one:
+#   leaks │ the layout's fault-free tokens │ the fault hit │ fail_stop: failed naming the rank
+#   restart: every request finished │ tokens (or the skew's own) │ rebuilt tokens counted
+#            │ recovery within its bound │ a recovery recorded at all
+
 def _oracles(s: RecoveryScenario, run: _FaultedRun, reference: dict[str, list[int]],
              leaks: list[str], result: RecoveryResult, recovery: Any) -> list[Violation]:
     v = [Violation("leak", p) for p in leaks + run.old_alive]
     if run.second is not None:
         v += run.second.violations()
-    if run.baseline and run.baseline != reference:
-        v.append(Violation("tokens", "the fault-free run in this layout differs from TP=1's"))
-    if run.fault_at is None:
-        v.append(Violation("fault", f"the run ended before step {run.step}: no fault hit"))
+    v += _layout_tokens(run, reference) + _fault_hit(run)
     if not POLICIES[s.policy].recovers:
-        if not run.errors or "rank" not in run.engine_error:
-            v.append(Violation("fail_stop", "expected every request to fail naming the rank; "
-                                            f"got {len(run.errors)} failed"))
-        return v
-    v += [Violation("finished", f"request {rid} did not finish: {e}") for rid, e in run.errors.items()]
+        return v + _failed_naming_the_rank(run)
+    v += _finished(run)
     if s.skew:  # the new model's tokens may differ: its own oracles
         v += skewed_restart.violations(run.skew_flag, run.kept, prompts_for(s, run.seed),
                                        run.outputs, recovery)
     else:
-        v += [Violation("tokens", f"request {rid}: tokens differ from the fault-free run's")
-              for rid, tokens in run.outputs.items() if tokens != reference.get(rid)]
-    if not s.skew and recovery is not None and recovery.mismatches:
-        v.append(Violation("tokens", f"{recovery.mismatches} rebuilt token(s) differed"))
-    latency = result.detection_latency_s
-    if result.recovered and (latency is None or latency > s.recovery_bound_s):
-        v.append(Violation("recovery_time", f"fault to first new token took {latency} s "
-                                            f"(bound {s.recovery_bound_s:g} s)"))
+        v += _same_tokens(run.outputs, reference) + _rebuilt_tokens_counted(recovery)
+    v += _recovery_time(s, result)
     if not result.recovered and not v:
         v.append(Violation("recovered", "the fault hit but no recovery was recorded"))
     return v
+
+
+def _layout_tokens(run: _FaultedRun, reference: dict[str, list[int]]) -> list[Violation]:
+    if run.baseline and run.baseline != reference:
+        return [Violation("tokens", "the fault-free run in this layout differs from TP=1's")]
+    return []
+
+
+def _fault_hit(run: _FaultedRun) -> list[Violation]:
+    if run.fault_at is None:
+        return [Violation("fault", f"the run ended before step {run.step}: no fault hit")]
+    return []
+
+
+def _failed_naming_the_rank(run: _FaultedRun) -> list[Violation]:
+    if not run.errors or "rank" not in run.engine_error:
+        return [Violation("fail_stop", "expected every request to fail naming the rank; "
+                                       f"got {len(run.errors)} failed")]
+    return []
+
+
+def _finished(run: _FaultedRun) -> list[Violation]:
+    return [Violation("finished", f"request {rid} did not finish: {e}") for rid, e in run.errors.items()]
+
+
+def _same_tokens(outputs: dict[str, list[int]], reference: dict[str, list[int]]) -> list[Violation]:
+    return [Violation("tokens", f"request {rid}: tokens differ from the fault-free run's")
+            for rid, tokens in outputs.items() if tokens != reference.get(rid)]
+
+
+def _rebuilt_tokens_counted(recovery: Any) -> list[Violation]:
+    if recovery is not None and recovery.mismatches:
+        return [Violation("tokens", f"{recovery.mismatches} rebuilt token(s) differed")]
+    return []
+
+
+def _recovery_time(s: RecoveryScenario, result: RecoveryResult) -> list[Violation]:
+    latency = result.detection_latency_s
+    if result.recovered and (latency is None or latency > s.recovery_bound_s):
+        return [Violation("recovery_time", f"fault to first new token took {latency} s "
+                                           f"(bound {s.recovery_bound_s:g} s)")]
+    return []
 
 
 def _class_named(spec: str, base: type[_T], what: str) -> type[_T]:

@@ -5,10 +5,14 @@
          │                                                  │        + chaos.history_check
          │                                      Coverage ◄──┤
          │                                                  ▼ a failure
-         │     signature (the invariants broken) shares one with a finding? ── yes: counted
-         │                                                  │ no
-         │       shrink: drop faults, drop calls, probability → on_call, while it still fails
-         │       reproduce k of n; k = 0: flaky (kept, flagged, never dropped)
+         │     triage: does it break an invariant no finding broke yet? ── no: a duplicate,
+         │                                                  │ counted to the first finding it shares one with
+         │                                                  │ yes: NEW = those invariants
+         │       shrink: drop faults, drop calls, probability → on_call, while it still breaks
+         │               one of NEW (a candidate failing only another way is rejected)
+         │       reproduce k of n: a rerun counts when it breaks one of the finding's OWN
+         │               invariants (NEW that the shrunk run still broke); k = 0: flaky
+         │               (kept, flagged, filed in flaky.toml, never dropped)
          │       regressions suite ◄── the shrunk scenario ("Reproduce with: ...")
          └──────────── until the budget ends ──► coverage.md/json, junit.xml, explore.json
 
@@ -26,6 +30,15 @@ adds its classes; a hang is judged at ``workload_bound_s`` (every call's deadlin
 slack, in a row), not the suites' minute.  The budget bounds the exploring; shrinking and
 reproducing a finding are bounded on their own (``Limits``).  Processes a broken executor
 leaves behind are SIGKILLed after each run (they are the explore's own children).
+The search's own decisions are functions here that chaos.targets.explore shares, so one test
+covers both loops (tests/judges/test_judges_search.py): ``new_invariants`` / ``triage`` (is it
+the same bug), ``still_fails`` / ``shrink`` (is a candidate the same failure), ``own_invariants``
+/ ``reproduces`` (did a rerun reproduce it), ``FindingOf.flaky`` and ``exit_status`` (does the
+command fail).  Dedupe rule: a run is a new finding when it breaks an invariant no finding has
+broken (signatures (A,B) then (B,C): two findings, the second about C; a bug seen in every run,
+like a target's leak, does not hide the others); otherwise it is a duplicate of the first
+finding sharing an invariant.  Exit status: 1 when a finding reproduced at least once; flaky
+findings (0 of n) are reported and filed, never a failure of the command.
 A recovery seed is judged by chaos.recovery's oracles (no history: chaos.swarm_recovery says
 why); its shrink only drops the second fault.  Aimed at a planted Recovery (CountsNoMismatch,
 KeepsRebuiltToken), explore runs the recovery seeds only: a plain seed cannot reach it.
@@ -98,6 +111,77 @@ def budget_seeds(t0: float, budget_s: float, first: int, max_findings: int | Non
     while time.monotonic() - t0 < budget_s and (max_findings is None or len(findings) < max_findings):
         yield seed
         seed += 1
+
+
+class _Signed(Protocol):
+    @property
+    def signature(self) -> frozenset[str]: ...
+
+
+V = TypeVar("V", bound=_Signed)  # a verdict: what one run broke
+C = TypeVar("C")  # a candidate scenario
+
+
+def new_invariants(signature: frozenset[str], known: Sequence[frozenset[str]]) -> frozenset[str]:
+    """What of ``signature`` no earlier finding (``known``: their signatures) has broken:
+    empty, the run is a duplicate."""
+    return signature - frozenset().union(*known)
+
+
+def triage(findings: Sequence[FindingOf[Any]], signature: frozenset[str]) -> frozenset[str]:
+    """The invariants a failing run (``signature``) is a NEW finding about; empty when it is
+    a duplicate, then counted to the first finding that shares one of its invariants."""
+    new = new_invariants(signature, [f.signature for f in findings])
+    if signature and not new:
+        next(f for f in findings if f.signature & signature).duplicates += 1
+    return new
+
+
+def still_fails(tried: frozenset[str], wanted: frozenset[str]) -> bool:
+    """A shrink candidate is kept when its run breaks one of the invariants the finding is
+    about (``wanted``); a run failing only another way is a different failure."""
+    return bool(tried & wanted)
+
+
+def shrink(scenario: C, verdict: V, wanted: frozenset[str],
+           candidates_of: Callable[[C], Sequence[C]], run: Callable[[C, int], V],
+           limits: Limits, clock: Callable[[], float] = time.monotonic) -> tuple[C, V]:
+    """Greedy shrinking: try ``candidates_of(best)`` in their order (the boldest first); the
+    first that ``still_fails`` becomes the new best and its candidates are tried next; it ends
+    when no candidate of the best still fails, after ``limits.shrink_runs`` runs (``run(c, k)``:
+    the k-th, from 1) or ``limits.shrink_s``.  Returns the best and ITS verdict."""
+    deadline = clock() + limits.shrink_s
+    runs, best, best_verdict, progress = 0, scenario, verdict, True
+    while progress and runs < limits.shrink_runs and clock() < deadline:
+        progress = False
+        for candidate in candidates_of(best):
+            if runs >= limits.shrink_runs or clock() >= deadline:
+                break
+            runs += 1
+            tried = run(candidate, runs)
+            if still_fails(tried.signature, wanted):
+                best, best_verdict, progress = candidate, tried, True
+                break
+    return best, best_verdict
+
+
+def own_invariants(shrunk: frozenset[str], wanted: frozenset[str]) -> frozenset[str]:
+    """A finding's own invariants: the new ones (``wanted``) its shrunk run still broke (never
+    empty: the shrunk run is the original or a candidate that still failed)."""
+    return (shrunk & wanted) or wanted
+
+
+def reproduces(rerun: frozenset[str], own: frozenset[str]) -> bool:
+    """A rerun reproduces a finding when it breaks one of the finding's own invariants
+    (others beside them do not matter); a rerun that passes, or fails only another way,
+    does not."""
+    return bool(rerun & own)
+
+
+def exit_status(findings: Sequence[FindingOf[Any]]) -> int:
+    """explore's exit status: 1 when a finding reproduced (k >= 1 of n), 0 otherwise; a flaky
+    finding is reported and filed in flaky.toml, not a failure of the command."""
+    return 1 if any(not f.flaky for f in findings) else 0
 
 
 def signature_of(problems: list[str]) -> frozenset[str]:
@@ -213,45 +297,39 @@ class Exploration:
         if not verdict.problems:
             _drop_traces(where)
             return
-        for known in self.findings:
-            if known.signature & verdict.signature:  # the same bug, seen again
-                known.duplicates += 1
-                return
+        new = triage(self.findings, verdict.signature)
+        if not new:
+            return
         found_after = time.monotonic() - t0
         self.say(f"seed {seed}: {verdict.problems[0][:200]} ({found_after:.1f} s in); shrinking")
-        self.findings.append(self._file(self._shrink(scenario, seed, verdict), seed, found_after,
-                                        scenario))
+        self.findings.append(self._file(self._shrink(scenario, seed, verdict, new), seed,
+                                        found_after, scenario, new))
 
-    def _shrink(self, scenario: AnyScenario, seed: int, verdict: Verdict) -> tuple[AnyScenario, Verdict]:
-        target, deadline = verdict.signature, time.monotonic() + self.limits.shrink_s
-        runs, best, best_verdict = 0, scenario, verdict
-        progress = True
-        while progress and runs < self.limits.shrink_runs and time.monotonic() < deadline:
-            progress = False
-            for candidate in candidates(best, seed):
-                if runs >= self.limits.shrink_runs or time.monotonic() >= deadline:
-                    break
-                runs += 1
-                tried = judge(candidate, seed, self.out / "shrinking" / f"{seed}-{runs}")
-                if tried.signature & target:
-                    best, best_verdict, progress = candidate, tried, True
-                    break
+    def _judge(self, scenario: AnyScenario, seed: int, where: Path) -> Verdict:
+        return judge(scenario, seed, where)
+
+    def _shrink(self, scenario: AnyScenario, seed: int, verdict: Verdict,
+                wanted: frozenset[str]) -> tuple[AnyScenario, Verdict]:
+        found = shrink(scenario, verdict, wanted, lambda s: candidates(s, seed),
+                       lambda c, k: self._judge(c, seed, self.out / "shrinking" / f"{seed}-{k}"),
+                       self.limits)
         shutil.rmtree(self.out / "shrinking", ignore_errors=True)
-        return best, best_verdict
+        return found
 
     def _file(self, shrunk: tuple[AnyScenario, Verdict], seed: int, found_after: float,
-              original: AnyScenario) -> Finding:
+              original: AnyScenario, new: frozenset[str]) -> Finding:
         scenario, verdict = shrunk
         label = slug("+".join(sorted(verdict.signature)))
         scenario = _renamed(scenario, f"explore-{label}-{seed}", seed)
         home = self.out / "findings" / slug(scenario.name)
         finding = Finding(verdict.signature, seed, found_after, original, scenario,
                           verdict.problems, home / "run")
-        judge(scenario, seed, finding.run_dir)  # the run that replay takes
+        own = own_invariants(verdict.signature, new)
+        self._judge(scenario, seed, finding.run_dir)  # the run that replay takes
         for k in range(self.limits.reproductions):
-            again = judge(scenario, seed, home / f"repro-{k + 1}")
+            again = self._judge(scenario, seed, home / f"repro-{k + 1}")
             finding.tries += 1
-            finding.reproduced += bool(again.signature & verdict.signature)
+            finding.reproduced += reproduces(again.signature, own)
         self._announce(finding)
         if not finding.flaky:
             path = self.regressions or self.out / "regressions.toml"

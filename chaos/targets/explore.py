@@ -13,7 +13,8 @@ target (chaos.explore is faultlab's own, with its failpoints and mutants).
         │     does it break an invariant no finding broke yet? no: counted to the first
         │       shrink: the fault on an earlier call, fewer calls, fewer ranks, no delay,
         │       while the run still breaks one of the new invariants
-        │       reproduce k of n; k = 0: flaky (OUT/flaky.toml, kept, never dropped)
+        │       reproduce k of n (a rerun breaking one of the finding's own invariants);
+        │       k = 0: flaky (OUT/flaky.toml, kept, never dropped, not a failure)
         │       OUT/regressions.toml ◄── the shrunk [[target_scenario]]
         └──────── until the budget ends ──► coverage.md/json, junit.xml, explore.json
 
@@ -26,6 +27,10 @@ A finding on a peer is a finding about that executor (loky's workers outliving a
 driver are loky's), never filed in chaos/suites/regressions.toml (faultlab's own).  The
 scenario's name and seed are kept through shrinking and filing: the fault's moment is a
 point in the scenario (chaos.targets.swarm), and the damage's bytes come from (name, seed).
+
+The decisions (same bug, same failure while shrinking, reproduced, flaky, exit status) are
+chaos.explore's, called through that module (``search.triage``, ``search.shrink``,
+``search.own_invariants``, ``search.reproduces``): one rule and one test for both searches.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaos import explore as search
 from chaos import history, history_check
 from chaos.explore import FindingOf, Limits, budget_seeds, signature_of, write_junit
 from chaos.targets import history as target_history
@@ -194,9 +200,8 @@ class TargetExploration:
             return
         # New = invariants no finding has broken yet: a target's common leak must not hide
         # its orphans (Ray leaves both); shrinking and reproducing keep to the new ones.
-        new = new_invariants(verdict.signature, [f.signature for f in self.findings])
+        new = search.triage(self.findings, verdict.signature)
         if not new:
-            next(f for f in self.findings if f.signature & verdict.signature).duplicates += 1
             return
         found_after = time.monotonic() - t0
         self.say(f"seed {seed}: {self.target.name}: {verdict.problems[0][:200]} "
@@ -206,20 +211,11 @@ class TargetExploration:
 
     def _shrink(self, scenario: TargetScenario, seed: int, verdict: TargetVerdict,
                 wanted: frozenset[str]) -> tuple[TargetScenario, TargetVerdict]:
-        deadline = time.monotonic() + self.limits.shrink_s
-        runs, best, best_verdict, progress = 0, scenario, verdict, True
-        while progress and runs < self.limits.shrink_runs and time.monotonic() < deadline:
-            progress = False
-            for candidate in candidates(best):
-                if runs >= self.limits.shrink_runs or time.monotonic() >= deadline:
-                    break
-                runs += 1
-                tried = self._judge(candidate, seed, self.out / "shrinking" / f"{seed}-{runs}")
-                if tried.signature & wanted:
-                    best, best_verdict, progress = candidate, tried, True
-                    break
+        found = search.shrink(
+            scenario, verdict, wanted, candidates,
+            lambda c, k: self._judge(c, seed, self.out / "shrinking" / f"{seed}-{k}"), self.limits)
         shutil.rmtree(self.out / "shrinking", ignore_errors=True)
-        return best, best_verdict
+        return found
 
     def _file(self, scenario: TargetScenario, verdict: TargetVerdict, seed: int,
               found_after: float, original: TargetScenario, new: frozenset[str]) -> TargetFinding:
@@ -227,11 +223,12 @@ class TargetExploration:
         home = self.out / "findings" / f"{label}-{seed}"
         finding = TargetFinding(verdict.signature, seed, found_after, original, scenario,
                                 verdict.problems, home / "run", target=self.target.name)
+        own = search.own_invariants(verdict.signature, new)
         self._judge(scenario, seed, finding.run_dir)  # the run that replay takes
         for k in range(self.limits.reproductions):
             again = self._judge(scenario, seed, home / f"repro-{k + 1}")
             finding.tries += 1
-            finding.reproduced += bool(again.signature & new)
+            finding.reproduced += search.reproduces(again.signature, own)
         note = (f"finding about {self.target.name} (seed {seed}; rerun with --seed {seed}): "
                 f"{finding.name}: {verdict.problems[0][:300]}")
         path = (self.out / "flaky.toml" if finding.flaky else
@@ -262,8 +259,9 @@ class TargetExploration:
 
 
 def new_invariants(signature: frozenset[str], known: list[frozenset[str]]) -> frozenset[str]:
-    """What of ``signature`` no earlier finding has: empty, the run is a duplicate."""
-    return signature - frozenset().union(*known)
+    """What of ``signature`` no earlier finding has: empty, the run is a duplicate
+    (chaos.explore's rule, the one both searches use)."""
+    return search.new_invariants(signature, known)
 
 
 def reproduce_command(f: TargetFinding) -> str:

@@ -1,5 +1,6 @@
 """Planted judges for faultlab's own run oracles (chaos.oracles, chaos.edge_oracles,
-chaos.run_record, chaos.recording's request rules).
+chaos.run_record, chaos.recording's request rules) and the expected-outcome table
+(chaos.outcomes: outcome_for, combined_outcome).
 
     RunRecord ──results / deadline / detection / callback / order / leak / shutdown / outcome /
                 fault_free / unfired / damage / declared / interrupt / fork / backpressure /
@@ -14,7 +15,9 @@ a forked child "reaped elsewhere", every fault kind fatal or stopping readers) o
 (a Ctrl-C given a place in line, a documented error forgotten, a QueueFullError no longer a
 timeout), a check dropped (threads, may_not_fire, the late callback, the wait on a future,
 workers gone, the failure text), a precedence swapped (a deadline over a death) and a
-wrong key (a planned fault matched by kind, not index).
+wrong key (a planned fault matched by kind, not index); in the table, a phase or a damage
+mode in the wrong class and several faults combined weakest first, or the driver's death
+not dominating.
 tests/judges/test_judges_oracles.py holds the fire/quiet cases that catch every one.
 
 Invariants: plants reach judges through their module's globals (every oracle calls its
@@ -30,7 +33,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from chaos import recording
+from chaos import outcomes, recording
 from chaos.faults import KINDS
 from chaos.outcomes import Outcome
 from chaos.planted_judges import PlantedJudge
@@ -281,7 +284,22 @@ def _late_callback_unchecked(original: Oracle) -> Oracle:
     return callbacks_on_failure
 
 
-_M, _E = "chaos.oracles", "chaos.edge_oracles"
+def _order_of_strength(reverse: bool, exit_first: bool) -> Callable[[Any], Any]:
+    def make(original: Any) -> Callable[[list[Any]], Outcome | None]:
+        def combined_outcome(faults: list[Any]) -> Outcome | None:
+            order = list(Outcome)
+            found = [outcomes.outcome_for(f) for f in faults]
+            if not found:
+                return None
+            def key(o: Outcome) -> tuple[bool, int]:
+                return ((o != Outcome.EXIT_CLEAN) if exit_first else False,
+                        -order.index(o) if reverse else order.index(o))
+            return min(found, key=key)
+        return combined_outcome
+    return make
+
+
+_M, _E, _O = "chaos.oracles", "chaos.edge_oracles", "chaos.outcomes"
 
 PLANTED: list[PlantedJudge] = [
     PlantedJudge("oracles.results.reply_unpickling_undocumented", f"{_M}:DOCUMENTED_ERRORS",
@@ -385,4 +403,19 @@ PLANTED: list[PlantedJudge] = [
     PlantedJudge("oracles.callbacks.late_unchecked", f"{_E}:callbacks_on_failure",
                  "a callback registered on a failed executor need not run at once",
                  _late_callback_unchecked),
+    PlantedJudge("oracles.table.after_execute_escapes", f"{_O}:_CAUGHT_PHASES",
+                 "an exception after execute taken to escape the serve loop",
+                 lambda phases: tuple(p for p in phases if p != "after_execute")),
+    PlantedJudge("oracles.table.before_reply_caught", f"{_O}:_CAUGHT_PHASES",
+                 "an exception before the reply taken to become an error reply",
+                 lambda phases: (*phases, "before_reply")),
+    PlantedJudge("oracles.table.all_ff_recovers", f"{_O}:_FATAL_DAMAGE",
+                 "every metadata byte set to 0xFF taken for damage a checksum catches",
+                 lambda modes: tuple(m for m in modes if m != "all_ff")),
+    PlantedJudge("oracles.table.weakest_wins", f"{_O}:combined_outcome",
+                 "several faults: the weakest outcome taken, not the strongest",
+                 _order_of_strength(reverse=True, exit_first=True)),
+    PlantedJudge("oracles.table.driver_death_not_first", f"{_O}:combined_outcome",
+                 "the driver's death does not dominate a worker's",
+                 _order_of_strength(reverse=False, exit_first=False)),
 ]

@@ -1,6 +1,7 @@
-"""faultlab's own run oracles (chaos.oracles, chaos.edge_oracles, chaos.run_record), each
-proven on hand-made RunRecords: a FIRE case and a QUIET twin that differs in one fact, and
-every planted judge of area "oracles" caught.
+"""faultlab's own run oracles (chaos.oracles, chaos.edge_oracles, chaos.run_record) and the
+expected-outcome table (chaos.outcomes), each proven on hand-made RunRecords (or faults): a
+FIRE case and a QUIET twin that differs in one fact, and every planted judge of area
+"oracles" caught.
 
     run(calls, faults, ...) ──one fact changed──► an oracle ──► one assertion on its verdict
 
@@ -19,8 +20,17 @@ from typing import Any
 import pytest
 from judge_cases import assert_caught, case_id
 
-from chaos import edge_oracles, oracles
-from chaos.outcomes import Outcome
+from chaos import edge_oracles, oracles, outcomes
+from chaos.faults import (
+    CorruptQueue,
+    HangWorker,
+    InterruptDriver,
+    KillDriver,
+    KillWorker,
+    RaiseInWorker,
+    SlowWorker,
+)
+from chaos.outcomes import HIT, Outcome
 from chaos.planted_judges import planted_in
 from chaos.recording import UNKNOWN, CallRecord
 from chaos.run_record import Bounds, RunRecord, Violation
@@ -405,6 +415,67 @@ def quiet_outcome_not_judged() -> None:
     assert oracles.outcome_matches(run(err(0, "ExecutorFailedError"), expected=None)) == []
     r = run(err(0, "ExecutorFailedError"), expected=Outcome.FAULT_FREE)
     assert oracles.outcome_matches(r) == []
+
+
+# -- outcomes.outcome_for, combined_outcome: the expected-outcome table ------------------------
+
+CAUGHT = ("before_unpickle", "before_execute", "after_execute", "before_pickle_reply")
+UNCAUGHT = ("after_dequeue", "before_reply", "after_reply")
+
+
+def quiet_table_raise_where_the_worker_catches_it() -> None:
+    for phase in CAUGHT:
+        fault = RaiseInWorker(rank=1, on_call=HIT, phase=phase)
+        assert outcomes.outcome_for(fault) == Outcome.ERROR_RECOVER, phase
+
+
+def fire_table_raise_where_it_escapes_the_serve_loop() -> None:
+    for phase in UNCAUGHT:
+        fault = RaiseInWorker(rank=1, on_call=HIT, phase=phase)
+        assert outcomes.outcome_for(fault) == Outcome.FAIL_FAST, phase
+
+
+def fire_table_damage_that_is_fatal() -> None:
+    for mode in ("clobber_seq", "clobber_flags", "overwrite_unread", "clear_written", "all_ff"):
+        assert outcomes.outcome_for(CorruptQueue(on_call=HIT, mode=mode)) == Outcome.FAIL_FAST, mode
+
+
+def quiet_table_damage_a_checksum_catches() -> None:
+    for mode in ("flip_payload", "truncate"):
+        fault = CorruptQueue(on_call=HIT, mode=mode)
+        assert outcomes.outcome_for(fault) == Outcome.ERROR_RECOVER, mode
+    assert outcomes.outcome_for(CorruptQueue(on_call=HIT, mode="drop")) == Outcome.DEADLINE
+
+
+def fire_table_each_kind_its_own_word() -> None:
+    assert outcomes.outcome_for(KillWorker(rank=1, on_call=HIT)) == Outcome.FAIL_FAST
+    assert outcomes.outcome_for(HangWorker(rank=1, on_call=HIT)) == Outcome.DEADLINE
+    assert outcomes.outcome_for(InterruptDriver(on_call=HIT)) == Outcome.INTERRUPT
+    assert outcomes.outcome_for(KillDriver(on_call=HIT)) == Outcome.EXIT_CLEAN
+    assert outcomes.outcome_for(SlowWorker(rank=1, probability=1.0, delay=0.02)) == Outcome.RECOVER
+
+
+def fire_table_a_death_and_a_deadline_fail_fast() -> None:
+    both = [HangWorker(rank=1, on_call=HIT), KillWorker(rank=0, on_call=HIT)]
+    assert outcomes.combined_outcome(both) == Outcome.FAIL_FAST
+    assert outcomes.combined_outcome(both[::-1]) == Outcome.FAIL_FAST
+
+
+def quiet_table_a_deadline_alone() -> None:
+    hang = HangWorker(rank=1, on_call=HIT)
+    assert outcomes.combined_outcome([hang, SlowWorker(rank=1, probability=1.0, delay=0.02)]) \
+        == Outcome.DEADLINE
+    assert outcomes.combined_outcome([]) is None
+
+
+def fire_table_the_driver_dying_dominates() -> None:
+    faults = [KillWorker(rank=1, on_call=HIT), KillDriver(on_call=HIT)]
+    assert outcomes.combined_outcome(faults) == Outcome.EXIT_CLEAN
+
+
+def quiet_table_an_error_and_a_recovery() -> None:
+    faults = [SlowWorker(rank=1, probability=1.0, delay=0.02), RaiseInWorker(rank=1, on_call=HIT)]
+    assert outcomes.combined_outcome(faults) == Outcome.ERROR_RECOVER
 
 
 # -- fault_free_stays_fault_free --------------------------------------------------------------

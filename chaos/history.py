@@ -19,6 +19,9 @@ An event is a dict (one JSON line), ``op`` one of:
 - ``exec_start`` / ``exec_end``: a worker ran the call: ``rank``, ``pid``, ``incarnation``
   (0 for the first process of that rank, +1 per replacement), ``replay`` (a recovery
   re-execution, expected), ``rpc_id``.  A worker that died inside the call has no end.
+  An execution's call is the one its RPC span belongs to: the first call of the span's
+  method in progress when the span began (``_calls_by_rpc``; a refused call, with no span,
+  never takes a later call's).
 
 Every event has ``t`` (wall-clock ns, comparable across processes of one machine).  Values
 are compared by their repr: the explored workloads' payloads are small and unique.
@@ -86,17 +89,25 @@ def execution_events(trace_dir: Path, calls: list[CallRecord]) -> list[dict[str,
 
 def _calls_by_rpc(rpc_spans: list[Any], calls: list[CallRecord]) -> dict[int, int]:
     """rpc id -> call index: each RPC span, in id order, is the first unmatched call of its
-    method that had started by then (calls refused before an id was drawn have no span)."""
+    method that was in progress when the span began (started by then, not yet ended: both
+    clocks are the driver's ``time.time_ns``).  A call refused before an id was drawn (an
+    executor already failed) has no span, and ended before any later call's span began, so
+    it never takes a later call's span (and with it that call's executions)."""
     free = sorted(calls, key=lambda c: c.start_ns)
     out: dict[int, int] = {}
     for span in rpc_spans:
         method = span.attributes.get("rpc.method", span.name.removeprefix("rpc "))
         for c in free:
-            if c.method == method and c.start_ns <= span.start_ns:
+            if c.method == method and _in_progress(c, span.start_ns):
                 out[span.attributes.get("faultlab.rpc_id")] = c.index
                 free.remove(c)
                 break
     return out
+
+
+def _in_progress(call: CallRecord, t_ns: int) -> bool:
+    """``call`` had started at ``t_ns`` and had not yet ended (a pending call never ends)."""
+    return call.start_ns <= t_ns and (call.end_ns is None or t_ns <= call.end_ns)
 
 
 def _incarnations(execs: list[Any]) -> dict[tuple[Any, int], int]:

@@ -6,6 +6,7 @@ contract (chaos.history) and the target histories (chaos.targets.history).
                                              executed_twice (_is_replay, _run_key),
                                              executed_after_fail (_never_sent)──► violations
     CallRecord ──call_events (INFO_ERRORS: info, else fail)──► events
+    RPC spans ──_calls_by_rpc (_in_progress)──► the call of each execution
     TargetRecord ──build (completion_order, text, DriverEnded info)──► events
 
 Each plant is one plausible slip in one of those: an exemption widened (every error, every
@@ -13,9 +14,10 @@ Each plant is one plausible slip in one of those: an exemption widened (every er
 refusal taken for a ``fail``), an exemption dropped (deadline, Ctrl-C, replay marks, a model
 that does not know), a key that forgets a field (incarnation, rank), the wrong clock (wall
 time in place of completion order; invoke time in place of end time), a search cut short
-(only earlier calls own values; only the first overtaken call reported), ops that leave out
-the other call, and a contract swapped (QueueFullError is a TimeoutError, so "info"; a Ctrl-C
-"fail"; a target's failure "fail").  tests/judges/test_judges_history.py holds the fire /
+(only earlier calls own values; only the first overtaken call reported), a match too loose
+(an RPC span given to a call that had already ended), ops that leave out the other call,
+and a contract swapped (QueueFullError is a TimeoutError, so "info"; a Ctrl-C "fail"; a
+target's failure "fail").  tests/judges/test_judges_history.py holds the fire /
 quiet cases that catch every one.
 
 Invariants: the judges look these attributes up at call time (module globals), so a plant
@@ -133,6 +135,10 @@ def _driver_ended_dropped(original: Any) -> Callable[..., Events]:
     return build
 
 
+def _started_by_then(original: Any) -> Callable[[Any, int], bool]:
+    return lambda call, t_ns: bool(call.start_ns <= t_ns)  # "had started by then", no end
+
+
 def _target_failure_is_fail(original: Any) -> Callable[..., Events]:
     def build(record: Any, expected: Any) -> Events:
         return [{**e, "op": "fail"} if e["op"] == "info" and e.get("error") != "DriverEnded"
@@ -192,6 +198,10 @@ PLANTED: list[PlantedJudge] = [
     PlantedJudge("history.ctrl_c_is_fail", f"{_HISTORY}:INFO_ERRORS",
                  "a Ctrl-C recorded fail (it did not happen), not info (unknown)",
                  _without("KeyboardInterrupt")),
+    PlantedJudge("history.rpc_match_ignores_end", f"{_HISTORY}:_in_progress",
+                 "an RPC span matched to any call started before it, ended or not: a "
+                 "refused call (no span) takes the next call's executions",
+                 _started_by_then),
     PlantedJudge("history.target_processpool_ordered", f"{_TARGET}:ORDERED",
                  "processpool (which promises no order) held to submission order",
                  _with("processpool")),

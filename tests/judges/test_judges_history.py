@@ -26,6 +26,7 @@ Every violation's ops are asserted whole: the smallest set of events that shows 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -288,6 +289,48 @@ def quiet_a_recorded_unknown_model() -> None:
     quiet(events)
 
 
+# ------------------------------------------------------------------ chaos.history: RPC -> call
+
+
+def rpc_span(rpc_id: int, start_ns: int) -> SimpleNamespace:
+    """The driver's "rpc echo" span as _calls_by_rpc reads it."""
+    return SimpleNamespace(name="rpc echo", start_ns=start_ns,
+                           attributes={"rpc.method": "echo", "faultlab.rpc_id": rpc_id})
+
+
+def _timed(c: CallRecord, start_ns: int, end_ns: int) -> CallRecord:
+    c.start_ns, c.end_ns = start_ns, end_ns
+    return c
+
+
+def _after_a_refusal(ran_rpcs: list[int]) -> list[Event]:
+    """Call 0 ok (rpc 1); call 1 refused before an rpc id was drawn (a hostile argument
+    refused by check_call, as the edge workloads send; or an executor already failed): no
+    span; call 2 refused by a full queue (rpc 2, sent nowhere); call 3 ok (rpc 3).  Workers
+    ran the rpcs ``ran_rpcs``; each execution is given the call its rpc maps to."""
+    calls = [_timed(record(0, seq=0), 100, 200),
+             _timed(record(1, "ValueError", seq=1), 300, 310),
+             _timed(record(2, "QueueFullError", seq=2), 400, 500),
+             _timed(record(3, seq=3), 600, 700)]
+    call_of = history._calls_by_rpc([rpc_span(1, 105), rpc_span(2, 405), rpc_span(3, 605)],
+                                    calls)
+    return [*history.call_events(calls),
+            *(ran(call_of[rpc], t=10 * rpc + 100 * rpc) for rpc in ran_rpcs)]
+
+
+def quiet_a_refused_call_takes_no_later_calls_rpc() -> None:
+    events = _after_a_refusal([1, 3])
+    assert [e["call"] for e in events if e["op"] == "exec_start"] == [0, 3]
+    quiet(events)
+
+
+def fire_the_full_queues_own_rpc_ran() -> None:
+    events = _after_a_refusal([1, 2])
+    found = only(events, "executed_after_fail")
+    assert [(e["op"], e["call"]) for e in found.ops] == [("invoke", 2), ("fail", 2),
+                                                          ("exec_start", 2)]
+
+
 # ------------------------------------------------------------------ target histories
 
 
@@ -398,7 +441,8 @@ CASES: list[Case] = [
     fire_a_recorded_queue_full_then_ran, quiet_a_recorded_deadline_then_ran,
     quiet_a_recorded_ctrl_c_overtaken, fire_a_recorded_worker_error_overtaken,
     quiet_a_recorded_history_of_right_values, fire_a_recorded_wrong_value,
-    quiet_a_recorded_unknown_model,
+    quiet_a_recorded_unknown_model, quiet_a_refused_call_takes_no_later_calls_rpc,
+    fire_the_full_queues_own_rpc_ran,
     fire_an_ordered_target_overtaken, quiet_a_target_that_promises_no_order_overtaken,
     fire_an_ordered_target_overtaken_by_a_failure,
     quiet_a_target_value_with_its_keys_in_another_order, fire_a_target_wrong_value,
@@ -422,6 +466,12 @@ def test_every_case_passes_unplanted_and_names_are_unique() -> None:
     names = [case_id(c) for c in CASES]
     assert len(names) == len(set(names))
     assert all(n.startswith(("fire_", "quiet_")) for n in names)
+
+
+def test_every_case_written_is_listed() -> None:
+    written = {name for name, f in globals().items()
+               if name.startswith(("fire_", "quiet_")) and callable(f)}
+    assert written <= {case_id(c) for c in CASES}, written - {case_id(c) for c in CASES}
 
 
 def test_each_plant_is_caught_by_the_case_written_for_it() -> None:
@@ -456,6 +506,7 @@ WANTED: dict[str, str] = {
     "history.never_sent_ignores_op": "quiet_a_worker_runs_a_call_whose_refusal_is_unknown",
     "history.queue_full_is_info": "fire_a_recorded_queue_full_then_ran",
     "history.ctrl_c_is_fail": "quiet_KeyboardInterrupt_is_recorded_info",
+    "history.rpc_match_ignores_end": "quiet_a_refused_call_takes_no_later_calls_rpc",
     "history.target_processpool_ordered": "quiet_a_target_that_promises_no_order_overtaken",
     "history.target_order_by_invoke": "fire_an_ordered_target_overtaken",
     "history.target_text_unsorted": "quiet_a_target_value_with_its_keys_in_another_order",

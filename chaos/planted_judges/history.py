@@ -85,6 +85,18 @@ def _by_wall_clock(original: Any) -> Callable[[Any, Any], bool]:
     return _overtook
 
 
+def _against_own_index(original: Any) -> Callable[[Any, Any], bool]:
+    def _overtook(earlier: Any, later: Any) -> bool:  # "completed before its place in line"
+        return bool(later.done["seq"] < later.invoke["call"])
+    return _overtook
+
+
+def _after_fail_ops_without_run(original: Any) -> Callable[[Any], Any]:
+    def executed_after_fail(calls: Any) -> Any:
+        return [dataclasses.replace(v, ops=v.ops[:2]) for v in original(calls)]
+    return executed_after_fail
+
+
 def _first_only(original: Any) -> Callable[[Any], Any]:
     def out_of_order(calls: Any) -> Any:  # "the smallest showing": one pair for the history
         return original(calls)[:1]
@@ -174,6 +186,10 @@ PLANTED: list[PlantedJudge] = [
     PlantedJudge("history.order_by_wall_clock", f"{_CHECK}:_overtook",
                  "overtaking judged by completion wall time, not completion order (seq)",
                  _by_wall_clock),
+    PlantedJudge("history.order_seq_against_own_index", f"{_CHECK}:_overtook",
+                 "a call's completion place compared with its own submission index, not "
+                 "with the earlier call's completion: an exempt call shifts every index",
+                 _against_own_index),
     PlantedJudge("history.order_first_pair_only", f"{_CHECK}:out_of_order",
                  "only the first overtaken call is reported, not one per call overtaken",
                  _first_only),
@@ -192,6 +208,9 @@ PLANTED: list[PlantedJudge] = [
     PlantedJudge("history.never_sent_ignores_op", f"{_CHECK}:_never_sent",
                  "never sent read from the error alone: an info refusal (unknown) fires",
                  _never_sent_whatever_op),
+    PlantedJudge("history.after_fail_ops_miss_run", f"{_CHECK}:executed_after_fail",
+                 "executed_after_fail's ops leave out the execution that ran the call",
+                 _after_fail_ops_without_run),
     PlantedJudge("history.queue_full_is_info", f"{_HISTORY}:INFO_ERRORS",
                  "QueueFullError (a TimeoutError subclass) recorded info, not fail",
                  _with("QueueFullError")),

@@ -143,6 +143,11 @@ def quiet_overtaken_then_its_deadline() -> None:
     quiet(_overtaken(failed(0, 1, "TimeoutError", op="info")))
 
 
+def quiet_the_rest_in_order_around_a_deadline() -> None:
+    """Call 0 ends by its deadline last; calls 1 and 2 complete in their order (seq 0, 1)."""
+    quiet([inv(0), inv(1), inv(2), ok(1, 0), ok(2, 1), failed(0, 2, "TimeoutError", op="info")])
+
+
 def quiet_overtaken_then_refused_before_the_queue() -> None:
     quiet(_overtaken(failed(0, 1, "QueueFullError")))
     quiet(_overtaken(failed(0, 1, "RequestPicklingError")))
@@ -428,6 +433,7 @@ CASES: list[Case] = [
     quiet_a_failed_call_has_no_value_to_judge,
     fire_overtaken_then_an_ordinary_failure, fire_overtaken_then_the_executor_failed,
     quiet_overtaken_then_ctrl_c, quiet_overtaken_then_its_deadline,
+    quiet_the_rest_in_order_around_a_deadline,
     quiet_overtaken_then_refused_before_the_queue, quiet_a_callbacks_call_overtaken,
     quiet_in_seq_order_though_end_times_are_not, fire_in_end_time_order_though_seq_is_not,
     fire_each_overtaken_call_once_naming_its_first_overtaker,
@@ -497,6 +503,8 @@ WANTED: dict[str, str] = {
     "history.order_deadline_not_exempt": "quiet_overtaken_then_its_deadline",
     "history.order_ctrl_c_not_exempt": "quiet_overtaken_then_ctrl_c",
     "history.order_by_wall_clock": "quiet_in_seq_order_though_end_times_are_not",
+    "history.order_seq_against_own_index": "quiet_the_rest_in_order_around_a_deadline",
+    "history.after_fail_ops_miss_run": "fire_ran_after_queue_full",
     "history.order_first_pair_only": "fire_each_overtaken_call_once_naming_its_first_overtaker",
     "history.twice_ignores_incarnation": "quiet_run_again_in_a_new_incarnation",
     "history.twice_ignores_rank": "quiet_a_broadcast_runs_once_on_each_rank",

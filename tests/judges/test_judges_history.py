@@ -16,12 +16,19 @@ in one fact; every plant of ``chaos/planted_judges/history.py`` must make a case
                                         then a worker ran it          a broadcast's first error),
                                                                       an info refusal
     info / fail (chaos.history)         each fail error is "fail"     each info error is "info"
+    RPC span -> call (chaos.history)    a full queue's own rpc ran    a call refused before an
+                                                                      rpc id takes no later rpc
     target histories                    ordered target overtaken,     processpool; DriverEnded;
                                         driver exited by itself,      dict keys in another order;
                                         wrong value                   failures are info
 
 Every violation's ops are asserted whole: the smallest set of events that shows it.  Times
 (``t``) are distinct from completion order (``seq``) where that matters.
+
+Two cases are regressions of real bugs (both fail on 710cc2a): the order check stopped at the
+first overtaken pair (``fire_each_overtaken_call_once_naming_its_first_overtaker``), and a
+call refused before an rpc id was drawn took the next call's RPC span and executions
+(``quiet_a_refused_call_takes_no_later_calls_rpc``).
 """
 
 from __future__ import annotations

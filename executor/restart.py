@@ -46,6 +46,7 @@ import telemetry
 from executor.errors import ExecutorFailedError, RestartAborted, describe
 
 if TYPE_CHECKING:
+    from executor.config import ExecutorConfig
     from executor.lifecycle import ExecutorLifecycle
 
 
@@ -80,9 +81,9 @@ def _restart_locked(ex: ExecutorLifecycle, reason: str) -> None:
                 f"restart budget spent ({ex.restarts_used} of {cfg.restart_budget} restarts "
                 f"used; raise ExecutorConfig.restart_budget); the executor stays failed"
                 + _attempts(errors))
-        if attempt:
-            pause = backoff_s(cfg.restart_backoff, cfg.restart_backoff_max, attempt)
-            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        pause = pause_before(cfg, attempt, deadline)
+        if pause:
+            time.sleep(pause)
         left = deadline - time.monotonic()
         if left <= 0:
             raise ExecutorFailedError(
@@ -102,6 +103,15 @@ def _restart_locked(ex: ExecutorLifecycle, reason: str) -> None:
 
 def _attempts(errors: list[str]) -> str:
     return f"; this restart's attempts failed: {'; '.join(errors)}" if errors else ""
+
+
+def pause_before(cfg: ExecutorConfig, attempt: int, deadline: float) -> float:
+    """How long to wait before the attempt after ``attempt`` failed ones: none before the
+    first, else the back-off, never past the restart's ``deadline`` (monotonic)."""
+    if not attempt:
+        return 0.0
+    pause = backoff_s(cfg.restart_backoff, cfg.restart_backoff_max, attempt)
+    return max(0.0, min(pause, deadline - time.monotonic()))
 
 
 def backoff_s(base: float, cap: float, attempt: int) -> float:

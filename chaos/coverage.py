@@ -6,22 +6,30 @@
         sites:     every swarm site (chaos.swarm.SITES) that fired at least once
         surroundings: what the runs' faults ran inside (chaos.swarm_surroundings), counted
         sometimes: SOMETIMES, states that must be reached at least once across the runs
-                   (Antithesis' "sometimes" assertions), each with why it may not be
+                   (Antithesis' "sometimes" assertions), each with why it may not be;
+                   each names its predicate, looked up in this module when it runs
+        pairs:     "pair:A+B" for each two faults of the run that both fired (two indices
+                   of its fault timeline, kinds sorted; one fault firing twice is no pair)
     each run of the recovery family (chaos.swarm_recovery) ──► Coverage.add_recovery
         cells:     (fault kind, between steps | before_go_live | replay, "execute_model", "fork",
                    the run's outcome)
         sometimes: "recovery itself was interrupted" when its second fault landed
-    Coverage ──► to_dict() (coverage.json) and table() (coverage.md: counts, then what
-                 was never reached and why)
+    Coverage ──► to_dict() (coverage.json) and table() (coverage.md: counts, the two-fault
+                 coverage (pairs landed of chaos.swarm.PAIRS, and any other pair that landed),
+                 then what was never reached and why)
+
+Recovery runs add no pair cell: their two faults are "recovery itself was interrupted".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from chaos import swarm
 from chaos.faults import MID_REPLY
 from chaos.recording import CallRecord
 from chaos.recovery import RecoveryResult
@@ -31,8 +39,21 @@ Run = tuple[ScenarioResult, list[dict[str, Any]]]  # a result and its history
 FATAL_KINDS = ("kill_worker", "term_worker")
 
 
-def _kill_at(*phases: str) -> Callable[[Run], bool]:
-    return lambda run: any(f["kind"] in FATAL_KINDS and f.get("phase") in phases for f in run[0].faults)
+def _killed_at(run: Run, phase: str) -> bool:
+    """A kill or SIGTERM of a worker fired at ``phase``."""
+    return any(f["kind"] in FATAL_KINDS and f.get("phase") == phase for f in run[0].faults)
+
+
+def _kill_before_reply(run: Run) -> bool:
+    return _killed_at(run, "before_reply")
+
+
+def _kill_after_reply(run: Run) -> bool:
+    return _killed_at(run, "after_reply")
+
+
+def _kill_mid_reply(run: Run) -> bool:
+    return _killed_at(run, MID_REPLY)
 
 
 def _deadline_while_hung(run: Run) -> bool:
@@ -40,8 +61,20 @@ def _deadline_while_hung(run: Run) -> bool:
     return hung and any(c.error_type == "TimeoutError" for c in run[0].calls)
 
 
-def _error(name: str) -> Callable[[Run], bool]:
-    return lambda run: any(c.error_type == name for c in run[0].calls)
+def _failed_with(run: Run, name: str) -> bool:
+    return any(c.error_type == name for c in run[0].calls)
+
+
+def _ring_full(run: Run) -> bool:
+    return _failed_with(run, "QueueFullError")
+
+
+def _checksum_caught(run: Run) -> bool:
+    return _failed_with(run, "CorruptMessageError")
+
+
+def _ctrl_c(run: Run) -> bool:
+    return _failed_with(run, "KeyboardInterrupt")
 
 
 def _late_reply(run: Run) -> bool:
@@ -56,7 +89,11 @@ def _many_failed(run: Run) -> bool:
 
 
 def _stubborn_shutdown(run: Run) -> bool:
-    return any(c.method == "sleep" and c.args and c.args[0] == 30.0 for c in run[0].calls)
+    """The swarm's stubborn call ran (chaos.stubborn: recorded as a sleep of its seconds,
+    with a deadline far shorter), so shutdown met a worker that ignores SIGTERM."""
+    stubborn = swarm.STUBBORN
+    return any(c.method == "sleep" and tuple(c.args) == stubborn.args and c.timeout == stubborn.timeout
+               for c in run[0].calls)
 
 
 def _never(run: Run) -> bool:
@@ -66,33 +103,64 @@ def _never(run: Run) -> bool:
 INTERRUPTED = "recovery itself was interrupted"  # reached by recovery runs only (add_recovery)
 
 
-# name -> (predicate, why it may never be reached)
-SOMETIMES: dict[str, tuple[Callable[[Run], bool], str]] = {
+# name -> (the predicate's name in this module, why it may never be reached); ``reached``
+# looks each predicate up when it runs (a planted judge replaces the module's function)
+SOMETIMES: dict[str, tuple[str, str]] = {
     "a kill landed between a reply's pickling and its write": (
-        _kill_at("before_reply"), "needs kill_worker/term_worker at before_reply to fire"),
+        "_kill_before_reply", "needs kill_worker/term_worker at before_reply to fire"),
     "a kill landed after a reply was out": (
-        _kill_at("after_reply"), "needs kill_worker/term_worker at after_reply to fire"),
+        "_kill_after_reply", "needs kill_worker/term_worker at after_reply to fire"),
     "a kill landed while a reply was half written": (
-        _kill_at(MID_REPLY), "needs kill_worker/term_worker at mid_reply to hit a reply of "
+        "_kill_mid_reply", "needs kill_worker/term_worker at mid_reply to hit a reply of "
         "several chunks (a big echo, or a run with small chunks) once one chunk is out"),
     "a deadline expired while a worker was hung": (
-        _deadline_while_hung, "needs a hang_worker fault and a call with a deadline after it"),
+        "_deadline_while_hung", "needs a hang_worker fault and a call with a deadline after it"),
     "a deadline expired while the ring was full": (
-        _error("QueueFullError"), "needs the request ring to fill: a hung worker and enough "
+        "_ring_full", "needs the request ring to fill: a hung worker and enough "
         "calls behind it (the swarm makes at most 11; bursts are chaos.edge_workloads')"),
     "a damaged message was caught by its checksum": (
-        _error("CorruptMessageError"), "needs corrupt_queue flip_payload/truncate to fire"),
+        "_checksum_caught", "needs corrupt_queue flip_payload/truncate to fire"),
     "a late reply came after its call timed out": (
-        _late_reply, "needs a late sleep whose worker finishes after the deadline"),
-    "a Ctrl-C cut a call": (_error("KeyboardInterrupt"), "needs interrupt_driver to land in a call"),
+        "_late_reply", "needs a late sleep whose worker finishes after the deadline"),
+    "a Ctrl-C cut a call": ("_ctrl_c", "needs interrupt_driver to land in a call"),
     "a worker death failed several calls at once": (
-        _many_failed, "needs a fatal fault with calls still queued"),
+        "_many_failed", "needs a fatal fault with calls still queued"),
     "shutdown met a worker only SIGKILL ends": (
-        _stubborn_shutdown, "needs the stubborn_worker site (chaos.stubborn)"),
+        "_stubborn_shutdown", "needs the stubborn_worker site (chaos.stubborn)"),
     INTERRUPTED: (
-        _never, "needs a seed of the recovery family (chaos.swarm_recovery, about 1 in 10) "
+        "_never", "needs a seed of the recovery family (chaos.swarm_recovery, about 1 in 10) "
         "whose second fault (before_live or in_replay) landed while the recovery ran"),
 }
+
+
+def reached(name: str, run: Run) -> bool:
+    """Whether ``run`` reaches the sometimes property ``name``."""
+    predicate: Callable[[Run], bool] = globals()[SOMETIMES[name][0]]
+    return bool(predicate(run))
+
+
+def landed_pairs(timeline: list[dict[str, Any]]) -> list[str]:
+    """The two-fault cells of one run: each pair of faults of its plan that both fired (two
+    fault indices in the timeline; a fault that fired twice is one), as ``pair_cell``."""
+    kinds: dict[int, str] = {}
+    for record in timeline:
+        kinds.setdefault(record["index"], str(record["kind"]))
+    return sorted({swarm.pair_cell(kinds[i], kinds[j])
+                   for i, j in itertools.combinations(sorted(kinds), 2)})
+
+
+def pairs_possible() -> list[str]:
+    """The pair cells the swarm draws on purpose (chaos.swarm.PAIRS), in its rotation order."""
+    return list(dict.fromkeys(swarm.pair_cell(a, b) for a, b in swarm.PAIRS))
+
+
+def _cell(record: dict[str, Any], call: CallRecord | None, start_method: str,
+          result: ScenarioResult) -> tuple[str, str, str, str, str]:
+    """The coverage cell of one fired fault."""
+    outcome = (call.error_type or call.outcome) if call is not None else \
+        (result.outcome.value if result.outcome else "-")
+    return (record["kind"], record.get("phase") or "signal", record.get("method") or "-",
+            start_method, outcome)
 
 
 CHANCE = ("not this time: a site is on in 1/4 of the runs, drawn among the faults of a run "
@@ -111,6 +179,7 @@ class Coverage:
     sites: Counter[str] = dataclasses.field(default_factory=Counter)
     sometimes: Counter[str] = dataclasses.field(default_factory=Counter)
     surroundings: Counter[str] = dataclasses.field(default_factory=Counter)  # chaos.swarm_surroundings
+    pairs: Counter[str] = dataclasses.field(default_factory=Counter)  # "pair:A+B" -> runs
     runs: int = 0
 
     def add(self, result: ScenarioResult, start_method: str, events: list[dict[str, Any]],
@@ -118,15 +187,13 @@ class Coverage:
         """Count one run; ``site_of`` names the swarm site of a fault-timeline record."""
         self.runs += 1
         for record in result.faults:
-            call = _hit_call(result.calls, record)
-            outcome = (call.error_type or call.outcome) if call is not None else \
-                (result.outcome.value if result.outcome else "-")
-            self.cells[(record["kind"], record.get("phase") or "signal",
-                        record.get("method") or "-", start_method, outcome)] += 1
+            self.cells[_cell(record, _hit_call(result.calls, record), start_method, result)] += 1
             self.sites[site_of(record)] += 1
-        for name, (reached, _) in SOMETIMES.items():
-            if reached((result, events)):
+        for name in SOMETIMES:
+            if reached(name, (result, events)):
                 self.sometimes[name] += 1
+        for pair in landed_pairs(result.faults):
+            self.pairs[pair] += 1
 
     def add_recovery(self, result: RecoveryResult, sites: list[str], interrupted: bool) -> None:
         """Count one run of the recovery family; ``sites`` names each fault that fired."""
@@ -143,6 +210,25 @@ class Coverage:
     def never_reached(self) -> list[tuple[str, str]]:
         return [(name, why) for name, (_, why) in SOMETIMES.items() if not self.sometimes[name]]
 
+    def pairs_never_landed(self) -> list[str]:
+        return [p for p in pairs_possible() if not self.pairs[p]]
+
+    def two_fault_lines(self) -> list[str]:
+        """coverage.md's two-fault section: pairs landed of pairs possible, each pair's runs."""
+        possible = pairs_possible()
+        landed = [p for p in possible if self.pairs[p]]
+        others = sorted(p for p in self.pairs if p not in possible)
+        lines = ["## Two-fault coverage", "",
+                 f"{len(landed)} of {len(possible)} pairs landed (both faults of the pair fired "
+                 f"in one run; chaos.swarm draws each in turn, one seed in {swarm.PAIR_EVERY})", "",
+                 "| pair | runs |", "|---|---:|"]
+        lines += [f"| {p} | {self.pairs[p]} |" for p in possible]
+        lines += ["", "Never landed: " + (", ".join(self.pairs_never_landed()) or "(none)")]
+        if others:
+            lines += ["", "Also landed (pairs the swarm does not draw on purpose):", ""]
+            lines += [f"- {p}: {self.pairs[p]}" for p in others]
+        return lines
+
     def to_dict(self, all_sites: list[str]) -> dict[str, Any]:
         return {"runs": self.runs,
                 "cells": [{"kind": k, "phase": p, "method": m, "start_method": s, "outcome": o,
@@ -151,7 +237,10 @@ class Coverage:
                 "sites_never_fired": [s for s in all_sites if not self.sites[s]],
                 "surroundings": dict(sorted(self.surroundings.items())),
                 "sometimes": {name: {"reached": self.sometimes[name], "why_not": why}
-                              for name, (_, why) in SOMETIMES.items()}}
+                              for name, (_, why) in SOMETIMES.items()},
+                "pairs": {"landed": dict(sorted(self.pairs.items())),
+                          "possible": pairs_possible(),
+                          "never_landed": self.pairs_never_landed()}}
 
     def table(self, all_sites: list[str]) -> str:
         lines = [f"# Coverage of {self.runs} explored scenarios", "",
@@ -163,6 +252,7 @@ class Coverage:
         lines += [f"| {name} | {n} |" for name, n in sorted(self.surroundings.items())]
         lines += ["", "## Sometimes properties", "", "| property | runs reaching it |", "|---|---:|"]
         lines += [f"| {name} | {self.sometimes[name]} |" for name in SOMETIMES]
+        lines += ["", *self.two_fault_lines()]
         lines += ["", "## Never reached, and why", ""]
         lines += [f"- {name}: {why}" for name, why in self.never_reached()] or ["- (none)"]
         silent = [s for s in all_sites if not self.sites[s]]

@@ -17,7 +17,25 @@ and replays exactly from its seed (FoundationDB's BUGGIFY, for our fault kinds).
         start method fork, forkserver or spawn
         surrounding  what the faults run inside (chaos.swarm_surroundings): the calls (most
                      runs), an edge workload, two nodes, an outsider's flood, a killed driver
+    one seed in PAIR_EVERY (seed % PAIR_EVERY == PAIR_EVERY - 1) draws a PAIR instead:
+        pair:        PAIRS[(seed // PAIR_EVERY) % len(PAIRS)]: two damaging kinds, in a fixed
+                     rotation (seeds 4, 9, 14, ... walk every pair in turn); the rest from
+                     random.Random("faultlab-swarm-pair:SEED"): one site of each kind (a
+                     site that fires on any call), the two on different ranks, both
+                     ``on_call=("*", k)`` for one early k (1 or 2): both fire, in one call's
+                     window, unless the first ends the run before the second's point
+        calls, start method: as above; the surrounding is "calls"
     Swarm.scenario(executor) ──► chaos.suites.Scenario (a TOML-able scenario; replay reruns it)
+
+The fault-free deadline model: with no fault, every call but a late one meets its deadline.
+A call's deadline is DEADLINE_SLACK_S plus every sleep queued before it (``_calls``);
+``deadline_misses`` checks a schedule against the model independently (at least
+FAULT_FREE_MARGIN_S beyond the sleeps queued before a call and its own; a late call's deadline
+short of its own sleep), and ``draw`` raises AssertionError on a schedule that breaks it.
+
+Invariants: a seed draws the same swarm in any process (no clock, no environment, no state of
+the exploration); a seed that draws no pair draws exactly what it drew before pairs existed
+(the pair gate is the seed's residue, the pair's own draws a separate stream).
 
 A site is a kind at one of its phases, plus a variant where the kind has modes (the queue
 and mode of ``corrupt_queue``, the mode of ``fork_in_driver``...).  Every fault may not fire
@@ -30,6 +48,7 @@ a second node).  Left out: ``starve_memory`` (a shared machine).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from typing import Any
 
@@ -46,7 +65,7 @@ from chaos.faults import (
     fault_from_dict,
 )
 from chaos.suites import Scenario
-from chaos.swarm_surroundings import pick
+from chaos.swarm_surroundings import SLEEPERS, pick, sleeps_s
 from chaos.workloads import CallSpec
 
 ACTIVE_P = 0.25  # each site is on in a run with this probability
@@ -66,6 +85,17 @@ START_METHODS = ("fork", "fork", "fork", "forkserver", "spawn")  # fork starts f
 BIG_PAYLOAD = 3 << 20
 BIG_ECHO_P = 0.05
 METHODS = ("echo", "sleep", "get_rank", "fail")
+DEADLINE_SLACK_S = 1.0  # a call's deadline beyond the sleeps queued before it
+FAULT_FREE_MARGIN_S = 0.5  # the least a fault-free call has beyond its queued and own sleeps
+# Two-fault pairs: the kinds that end or damage a call, each pair of two of them (and the
+# worker kinds twice, one per rank), in a fixed rotation order.
+PAIR_EVERY = 5
+PAIR_CALLS = 2  # both faults of a pair hit call k of any method, k in 1..PAIR_CALLS
+PAIR_KINDS = ("term_worker", "corrupt_queue", "kill_worker", "exit_worker", "hang_worker",
+              "raise_in_worker", "interrupt_driver")
+TWICE = ("kill_worker", "term_worker", "exit_worker", "hang_worker")
+PAIRS: tuple[tuple[str, str], ...] = (*itertools.combinations(PAIR_KINDS, 2),
+                                      *((k, k) for k in TWICE))
 CONFIG = {"tensor_parallel_size": WORLD_SIZE, "shutdown_grace": 0.3, "sigterm_grace": 0.3}
 
 
@@ -91,6 +121,16 @@ def _sites() -> list[dict[str, Any]]:
 
 
 SITES: tuple[dict[str, Any], ...] = tuple(_sites())
+# A pair's sites fire on any call: no reply or request of several chunks needed.
+_NEEDS_CHUNKS = frozenset({MID_REPLY, "mid_request"})
+PAIR_SITES: dict[str, tuple[dict[str, Any], ...]] = {
+    kind: tuple(s for s in SITES if s["kind"] == kind and s.get("phase") not in _NEEDS_CHUNKS)
+    for kind in PAIR_KINDS}
+
+
+def pair_cell(a: str, b: str) -> str:
+    """The coverage cell of two fault kinds that landed in one run: "pair:A+B", sorted."""
+    return "pair:" + "+".join(sorted((a, b)))
 
 
 def site_name(site: dict[str, Any]) -> str:
@@ -120,10 +160,12 @@ class Swarm:
     surrounding: str = "calls"
     workload: str = "standard"  # an edge or node workload when ``calls`` is empty
     config: tuple[tuple[str, Any], ...] = ()  # what the surrounding adds (two nodes)
+    pair: tuple[str, ...] = ()  # the two kinds of a pair seed (PAIRS), else ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "active": dict(self.active), "start_method": self.start_method,
                 "surrounding": self.surrounding, "workload": self.workload,
+                "pair": list(self.pair),
                 "config": dict(self.config), "faults": [f.to_dict() for f in self.faults],
                 "calls": [c.to_dict() for c in self.calls]}
 
@@ -138,6 +180,9 @@ def draw(seed: int) -> Swarm:
     rng = random.Random(f"faultlab-swarm:{seed}")
     active = [(site, rng.choice(FIRE_P)) for site in SITES if rng.random() < ACTIVE_P]
     calls = _calls(rng, seed, rng.randint(3, MAX_CALLS))
+    pair = pair_of(seed)
+    if pair is not None:
+        return _checked(_pair_swarm(seed, pair, calls))
     stubborn = rng.random() < STUBBORN_P
     chosen = rng.sample(active, min(len(active), rng.randint(1, MAX_FAULTS))) if active else []
     faults = tuple(_fault(rng, site, p, calls) for site, p in chosen)
@@ -149,8 +194,63 @@ def draw(seed: int) -> Swarm:
     calls += (STUBBORN,) if stubborn else ()
     workload, calls, faults, config = around.shape(rng, calls, faults)
     names = [(site_name(s), p) for s, p in active] + ([("stubborn_worker", 1.0)] if stubborn else [])
-    return Swarm(seed, tuple(names), faults, calls, start_method, around.name, workload,
-                 tuple(sorted(config.items())))
+    return _checked(Swarm(seed, tuple(names), faults, calls, start_method, around.name, workload,
+                          tuple(sorted(config.items()))))
+
+
+def pair_of(seed: int) -> tuple[str, str] | None:
+    """The two fault kinds ``seed`` draws together, or None (the seed's residue alone)."""
+    if seed % PAIR_EVERY != PAIR_EVERY - 1:
+        return None
+    return PAIRS[(seed // PAIR_EVERY) % len(PAIRS)]
+
+
+def _pair_swarm(seed: int, pair: tuple[str, str], calls: tuple[CallSpec, ...]) -> Swarm:
+    rng = random.Random(f"faultlab-swarm-pair:{seed}")
+    sites = [rng.choice(PAIR_SITES[kind]) for kind in pair]
+    faults = _pair_faults(rng, sites, calls)
+    return Swarm(seed, tuple((site_name(s), 1.0) for s in sites), faults, calls,
+                 rng.choice(START_METHODS), "calls", pair=pair)
+
+
+def _pair_faults(rng: random.Random, sites: list[dict[str, Any]],
+                 calls: tuple[CallSpec, ...]) -> tuple[Fault, ...]:
+    """Both on one early call, on different ranks (a rank killed first cannot serve the
+    second's point)."""
+    first, k = rng.randrange(WORLD_SIZE), rng.randint(1, min(PAIR_CALLS, len(calls)))
+    return tuple(fault_from_dict({**site, "rank": (first + i) % WORLD_SIZE, "on_call": ["*", k]})
+                 for i, site in enumerate(sites))
+
+
+assert STUBBORN.method in SLEEPERS  # the model counts a stubborn worker's sleep
+
+
+def _checked(drawn: Swarm) -> Swarm:
+    misses = deadline_misses(drawn.calls)
+    if misses:
+        raise AssertionError(f"swarm seed {drawn.seed} breaks the fault-free deadline model: "
+                             + "; ".join(misses))
+    return drawn
+
+
+def expects_timeout(call: CallSpec) -> bool:
+    """A late call: its deadline is shorter than its own sleep (it asks for a TimeoutError)."""
+    return call.timeout is not None and call.timeout < sleeps_s(call)
+
+
+def deadline_misses(calls: tuple[CallSpec, ...] | list[CallSpec]) -> list[str]:
+    """Each call the fault-free deadline model says would miss its deadline with no fault:
+    one whose deadline leaves less than FAULT_FREE_MARGIN_S beyond every sleep queued before
+    it and its own (late calls aside, which must be late even when served at once)."""
+    out, backlog = [], 0.0
+    for i, call in enumerate(calls):
+        own = sleeps_s(call)
+        need = backlog + own + FAULT_FREE_MARGIN_S
+        if not expects_timeout(call) and (call.timeout is None or call.timeout < need):
+            out.append(f"call {i} ({call.method}) has a deadline of {call.timeout} s, "
+                       f"the model needs {need:.4f} s")
+        backlog += own
+    return out
 
 
 def _fault(rng: random.Random, site: dict[str, Any], p: float, calls: tuple[CallSpec, ...]) -> Fault:
@@ -169,12 +269,12 @@ def _big(call: CallSpec) -> CallSpec:
 
 
 def _calls(rng: random.Random, seed: int, n: int) -> tuple[CallSpec, ...]:
-    """Every deadline is met with no fault (the fault-free model): 1 s plus every sleep
-    queued before the call, except a late sleep's, which asks for its TimeoutError."""
+    """Every deadline is met with no fault (the fault-free model): DEADLINE_SLACK_S plus every
+    sleep queued before the call, except a late sleep's, which asks for its TimeoutError."""
     calls, backlog = [], 0.0
     for i in range(n):
-        call = _call(rng, seed, i, round(1.0 + backlog, 4))
-        backlog += float(call.args[0]) if call.method == "sleep" else 0.0
+        call = _call(rng, seed, i, round(DEADLINE_SLACK_S + backlog, 4))
+        backlog += sleeps_s(call)
         calls.append(call)
     return tuple(calls)
 

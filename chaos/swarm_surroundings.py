@@ -16,7 +16,10 @@ driver that is killed mid-call.  One is drawn per seed (chaos.swarm.draw), by we
         "driver_killed"    the drawn calls (and half the time the faults), then a long call
                            (a sleep, or C code holding the GIL) during which the driver is
                            SIGKILLed (the run goes through a driver subprocess,
-                           chaos.driver_run)
+                           chaos.driver_run); its deadline is LAST_CALLS' unless the sleeps
+                           queued before it (a stubborn worker's 30 s) need more: then
+                           those sleeps, its own and LAST_SLACK_S (the fault-free model of
+                           chaos.swarm holds for it too)
         "small_ring"       the drawn calls and faults, every call non_block, on queues of
                            2 chunks: the request ring is full behind any call slower than
                            the next two, so the writer waits on its readers (and judges them)
@@ -43,12 +46,20 @@ SMALL_RING = {"n_chunks": 2}  # full after two unread messages (the default is 8
 # The driver's last call, in flight when it is killed: the workers must see the death pipe
 # while asleep in Python, or while their main thread holds the GIL in C code.
 LAST_CALLS = (CallSpec("sleep", (30.0,), 40.0), CallSpec("hold_gil", (30.0,), 40.0))
+LAST_SLACK_S = 1.0
+# Methods whose first argument is the seconds they keep a worker busy (chaos.stubborn's too).
+SLEEPERS = ("sleep", "hold_gil", "chaos.stubborn:sleep")
 KEEP_FAULTS_P = 0.5  # a driver_killed run keeps its drawn faults this often
 EDGE_BOUND_S = 90.0  # an edge workload has hung (the suites give 60 s; the sweep more)
 SWEEP_BOUND_S = 200.0  # interrupt_sweep: three sweeps of up to 30 s each, then a call
 
 Shape = tuple[str, tuple[CallSpec, ...], tuple[Fault, ...], dict[str, Any]]
 Shaper = Callable[[random.Random, tuple[CallSpec, ...], tuple[Fault, ...]], Shape]
+
+
+def sleeps_s(call: CallSpec) -> float:
+    """How long ``call`` keeps its worker busy with no fault (its sleep; 0 for the rest)."""
+    return float(call.args[0]) if call.method in SLEEPERS else 0.0
 
 
 def _calls(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault, ...]) -> Shape:
@@ -84,6 +95,10 @@ def _flood(rng: random.Random, calls: tuple[CallSpec, ...], faults: tuple[Fault,
 def _driver_killed(rng: random.Random, calls: tuple[CallSpec, ...],
                    faults: tuple[Fault, ...]) -> Shape:
     last = rng.choice(LAST_CALLS)
+    queued = sum(sleeps_s(c) for c in calls)
+    needed = round(queued + sleeps_s(last) + LAST_SLACK_S, 4)
+    if last.timeout is not None and last.timeout < needed:  # behind a stubborn worker's sleep
+        last = dataclasses.replace(last, timeout=needed)
     nth = sum(c.method == last.method for c in calls) + 1
     kill = KillDriver(on_call=(last.method, nth))
     kept = faults if rng.random() < KEEP_FAULTS_P else ()  # a fatal one would end the run first

@@ -38,7 +38,6 @@ DOCUMENTED_ERRORS = frozenset({
     "ExecutorFailedError", "WorkerError", "CorruptMessageError", "TimeoutError",
     "QueueFullError", "ReplyUnpicklingError", "RequestPicklingError",
 })
-_RECOVERABLE = ("WorkerError", "CorruptMessageError")
 # Raised by collective_rpc itself before the call joined the queue: it has no place in line;
 # nor has a call a Ctrl-C ended where it landed (its caller gave it up, as at a deadline).
 _NEVER_QUEUED = ("QueueFullError", "RequestPicklingError", "KeyboardInterrupt")
@@ -177,6 +176,10 @@ def outcome_matches(run: RunRecord) -> list[Violation]:
 
 
 def observed_outcome(run: RunRecord) -> Outcome:
+    """The strongest sign first: a failure, a Ctrl-C, a deadline; then ERROR_RECOVER if any
+    call raised an error it did not ask for (wherever it stands in the run), else RECOVER.
+    An error a call asked for (a ``fail`` call's WorkerError, an error a call declared) is
+    the workload's own, not the fault's: it makes no run ERROR_RECOVER."""
     errors = {c.error_type for c in run.calls if c.outcome == "error"}
     failed = run.failed_at_ns is not None or bool(run.callback_times_ns) \
         or "ExecutorFailedError" in errors
@@ -186,9 +189,12 @@ def observed_outcome(run: RunRecord) -> Outcome:
         return Outcome.INTERRUPT
     if "TimeoutError" in errors:
         return Outcome.DEADLINE
-    if errors & set(_RECOVERABLE) and run.calls and run.calls[-1].outcome == "ok":
-        return Outcome.ERROR_RECOVER
-    return Outcome.RECOVER if not errors - {"WorkerError"} else Outcome.ERROR_RECOVER
+    return Outcome.ERROR_RECOVER if any(map(_unasked_error, run.calls)) else Outcome.RECOVER
+
+
+def _unasked_error(c: CallRecord) -> bool:
+    return c.outcome == "error" and c.error_type != recording.requested_error(c) \
+        and c.error_type not in (c.expect_errors or ())
 
 
 def _hit_had_deadline(run: RunRecord) -> bool:

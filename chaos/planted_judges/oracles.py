@@ -167,6 +167,18 @@ def _callback_no_failure(original: Callable[[RunRecord], Outcome]) -> Callable[[
     return observed_outcome
 
 
+def _error_recover_by_position(original: Callable[[RunRecord], Outcome]) -> Callable[[RunRecord], Outcome]:
+    def observed_outcome(run: RunRecord) -> Outcome:
+        seen = original(run)
+        if seen not in (Outcome.ERROR_RECOVER, Outcome.RECOVER):
+            return seen
+        errors = {c.error_type for c in run.calls if c.outcome == "error"}
+        if errors & {"WorkerError", "CorruptMessageError"} and run.calls[-1].outcome == "ok":
+            return Outcome.ERROR_RECOVER
+        return Outcome.RECOVER if not errors - {"WorkerError"} else Outcome.ERROR_RECOVER
+    return observed_outcome
+
+
 def _never_had_deadline(original: Callable[[RunRecord], bool]) -> Callable[[RunRecord], bool]:
     def _hit_had_deadline(run: RunRecord) -> bool:
         return any(c.timeout is not None and c.outcome == "error" for c in run.calls)
@@ -353,9 +365,18 @@ PLANTED: list[PlantedJudge] = [
     PlantedJudge("oracles.outcome.callback_no_failure", f"{_M}:observed_outcome",
                  "a failure callback alone not taken as the executor failing",
                  _callback_no_failure),
-    PlantedJudge("oracles.outcome.worker_error_not_recoverable", f"{_M}:_RECOVERABLE",
-                 "WorkerError left out of the recoverable errors",
-                 lambda rec: tuple(e for e in rec if e != "WorkerError")),
+    PlantedJudge("oracles.outcome.error_recover_needs_a_later_ok", f"{_M}:observed_outcome",
+                 "ERROR_RECOVER only when the last call succeeded, a WorkerError alone RECOVER "
+                 "(the rule before issue 31: the outcome hung on the error's place in the run)",
+                 _error_recover_by_position),
+    PlantedJudge("oracles.outcome.fail_call_counted", f"{_M}:_unasked_error",
+                 "a fail call's own WorkerError taken for the fault's",
+                 lambda original: lambda c: c.outcome == "error"
+                 and c.error_type not in (c.expect_errors or ())),
+    PlantedJudge("oracles.outcome.declared_counted", f"{_M}:_unasked_error",
+                 "an error the call declared taken for the fault's",
+                 lambda original: lambda c: c.outcome == "error"
+                 and c.error_type != recording.requested_error(c)),
     PlantedJudge("oracles.outcome.deadline_exemption_widened", f"{_M}:_hit_had_deadline",
                  "only a call that failed counts as having had a deadline", _never_had_deadline),
     PlantedJudge("oracles.fault_free.sleep_past_timeout_only", "chaos.recording:requested_error",

@@ -382,9 +382,28 @@ def fire_outcome_error_then_recover() -> None:
     assert observed(err(0, "ReplyUnpicklingError"), call(1)) == Outcome.ERROR_RECOVER
 
 
+def fire_outcome_error_on_the_last_call() -> None:  # no later call to succeed: still an error
+    assert observed(call(0), err(1, "WorkerError")) == Outcome.ERROR_RECOVER
+    assert observed(call(0), err(1, "CorruptMessageError")) == Outcome.ERROR_RECOVER
+
+
 def quiet_outcome_recover() -> None:
     assert observed(call(0), call(1)) == Outcome.RECOVER
+
+
+def quiet_outcome_a_fail_call_raised_as_asked() -> None:  # wherever it stands
     assert observed(call(0), err(1, "WorkerError", "fail", args=())) == Outcome.RECOVER
+    assert observed(err(0, "WorkerError", "fail", args=()), call(1)) == Outcome.RECOVER
+
+
+def quiet_outcome_a_declared_error() -> None:
+    c = err(0, "WorkerError", expect_errors=frozenset({"ok", "WorkerError"}))
+    assert observed(c, call(1)) == Outcome.RECOVER
+
+
+def fire_outcome_an_error_other_than_declared() -> None:
+    c = err(0, "CorruptMessageError", expect_errors=frozenset({"ok", "WorkerError"}))
+    assert observed(c, call(1)) == Outcome.ERROR_RECOVER
 
 
 def quiet_outcome_as_expected() -> None:

@@ -21,6 +21,9 @@ Invariants:
 - ``_send_lock`` orders request ids, the deliver calls of every rank and the pending deque.
 - After ``_fail`` the executor never serves again until a restart: every wait wakes (the
   actors are killed, their watch refs fail), every call raises ``ExecutorFailedError``.
+- A restart's new group goes live only through ``_swap_in``; an actor that died before
+  the swap (its monitor's report was dropped: the executor was still failed) is found
+  right after it, from its watch ref, and fails the attempt (restart.py retries).
 - ``shutdown`` is idempotent and bounded (``shutdown_grace`` + ``sigterm_grace`` for the
   actors to be confirmed dead); ``ray.shutdown()`` only if this executor connected to Ray.
 """
@@ -196,9 +199,27 @@ class RayExecutor(ExecutorLifecycle):
     # The protocol of executor/restart.py (executor/lifecycle.py has the rest).
 
     def start_incarnation(self, startup_timeout: float) -> None:
-        """A new group (placement group, actors, rendezvous), then the swap under the locks."""
+        """A new group (placement group, actors, rendezvous), then the swap under the locks,
+        then a look for an actor that died before the swap."""
         self._start(startup_timeout)
         self._swap_in(self._send_lock, self._reply_lock)
+        self._report_early_death(self._group)
+
+    def _report_early_death(self, group: Any) -> None:
+        """An actor of ``group`` that died before the swap: its monitor's report found us
+        still failed and was dropped, and the monitor is gone.  Its watch ref says so (it is
+        ready once the actor is dead): fail this incarnation now, and let the restart retry."""
+        import ray
+
+        ready, _ = ray.wait(group.watch_refs, num_returns=len(group.watch_refs), timeout=0)
+        for ref in ready:
+            rank = group.watch_refs.index(ref)
+            try:
+                ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - RayActorError & co.
+                self._death(rank, exc, time.time_ns(), group)
+            raise ExecutorFailedError(f"worker rank {rank} of the new incarnation died during "
+                                      "the restart")
 
     # ------------------------------------------------------------------ calls
 

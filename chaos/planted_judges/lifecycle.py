@@ -31,6 +31,8 @@ which death report counts, how long a restart may wait, who ends a worker at shu
     exits._reap                                     a signal death reported as an exit code
     ray_executor.RayExecutor._death                 a death report not checked against the
                                                     current Ray group
+    ray_executor.RayExecutor._report_early_death    an actor that died before the swap serves
+                                                    (the bug this issue's case found and fixed)
 
 Plants act in the driver process; the exit guard's runs in each worker's guard, so its
 cases start workers with the fork start method (they inherit the planted module).  Their
@@ -169,6 +171,12 @@ def _ray_any_group(original: Method) -> Method:
     return _death
 
 
+def _no_look(original: Method) -> Method:
+    def _report_early_death(self: Any, group: Any) -> None:
+        return None
+    return _report_early_death
+
+
 _LC = "executor.lifecycle:ExecutorLifecycle"
 PLANTED: list[PlantedJudge] = [
     PlantedJudge("lifecycle_register_decides_by_failed", f"{_LC}.register_failure_callback",
@@ -208,4 +216,7 @@ PLANTED: list[PlantedJudge] = [
                  _signal_as_code),
     PlantedJudge("lifecycle_ray_death_any_group", "executor.ray_executor:RayExecutor._death",
                  "an old Ray group's late death report fails the new group", _ray_any_group),
+    PlantedJudge("lifecycle_ray_early_death_unseen",
+                 "executor.ray_executor:RayExecutor._report_early_death",
+                 "a Ray actor that died before the swap serves in the new group", _no_look),
 ]

@@ -25,8 +25,13 @@ failure).  Every case uses the fork start method: the exit guard's plant must re
 workers, which inherit the driver's (planted) modules only through fork.
 
 ``CATCHERS`` maps every plant to the cases that must fail under it; each case is the
-catcher of at least one plant.  The Ray case (an old group's death report) is outside the
-default run, like tests/executor_tests/test_executor_ray_faults.py: FAULTLAB_RAY_CHECKS=1.
+catcher of at least one plant.  The Ray cases are outside the default run, like
+tests/executor_tests/test_executor_ray_faults.py (FAULTLAB_RAY_CHECKS=1):
+
+    4 on Ray: an old group's report after the swap is dropped (quiet), a death in the new
+      group fails it (fire);
+    a new actor killed after READY, before the swap: the restart finds it and retries (it
+      served before: RayExecutor had no look after the swap, which multiproc has).
 """
 
 from __future__ import annotations
@@ -532,10 +537,40 @@ def ray_race4(make: Make, tmp: Path) -> None:
     assert callback.runs(2) == [0, 1]
 
 
+def ray_early_death(make: Make, tmp: Path) -> None:
+    """RayExecutor: a new actor dies once the group said READY, before the swap (its
+    monitor's report finds the executor still failed and is dropped): the restart finds it
+    right after the swap, as restart.py promises, and never serves with it."""
+    ex = make()
+    swap = ex._swap_in
+    victims: list[int] = []
+
+    def kill_first(send_lock: Any, reply_lock: Any) -> None:
+        if not victims:
+            victims.append(ex._group.pids[1])
+            os.kill(victims[0], signal.SIGKILL)
+            ex._monitor.join(BOUND_S * 3)  # its report came, and found the executor failed
+            assert not ex._monitor.is_alive(), "the new group's monitor never saw the death"
+        swap(send_lock, reply_lock)
+
+    ex._swap_in = kill_first
+    ex.restart("a death before the swap")
+    assert victims and victims[0] not in ex.worker_pids, \
+        f"rank 1 (pid {victims[0]}) died before the swap and serves: {ex.worker_pids}"
+    assert ex.incarnation == 2 and ex.restarts_used == 2
+    assert ex.collective_rpc("echo", args=(7,), timeout=BOUND_S * 3) == [7, 7]
+
+
 @pytest.mark.skipif(not RAY, reason="Ray cluster case: set FAULTLAB_RAY_CHECKS=1 (slow)")
 @pytest.mark.timeout(300)
 def test_ray_old_group_report(ray_make: _RayExecutors, tmp_path: Path) -> None:
     ray_race4(ray_make, tmp_path)
+
+
+@pytest.mark.skipif(not RAY, reason="Ray cluster case: set FAULTLAB_RAY_CHECKS=1 (slow)")
+@pytest.mark.timeout(300)
+def test_ray_death_before_the_swap(ray_make: _RayExecutors, tmp_path: Path) -> None:
+    ray_early_death(ray_make, tmp_path)
 
 
 # ---------------------------------------------------------------------------- the cases
@@ -561,7 +596,9 @@ CATCHERS: dict[str, tuple[Case, ...]] = {
     "lifecycle_guard_ignores_driver": (race6_fire,),
     "lifecycle_escalation_without_grace": (race6_quiet,),
     "lifecycle_ray_death_any_group": (ray_race4,),
+    "lifecycle_ray_early_death_unseen": (ray_early_death,),
 }
+RAY_CASES = (ray_race4, ray_early_death)
 CAUGHT = (AssertionError, pytest.fail.Exception, ExecutorFailedError)  # a documented error
 
 
@@ -575,7 +612,8 @@ def test_every_plant_has_catchers_and_every_case_catches_one() -> None:
     assert sorted(names) == sorted(CATCHERS)
     assert all(name.startswith("lifecycle_") for name in names)
     catching = {case for cases in CATCHERS.values() for case in cases}
-    assert set(CASES) <= catching, [c.__name__ for c in CASES if c not in catching]
+    missing = [case.__name__ for case in (*CASES, *RAY_CASES) if case not in catching]
+    assert not missing, f"cases that catch no plant: {missing}"
 
 
 def _ray_plant(judge: PlantedJudge) -> Any:
@@ -587,7 +625,7 @@ def _ray_plant(judge: PlantedJudge) -> Any:
 @pytest.mark.parametrize("judge", [_ray_plant(j) for j in planted_in("lifecycle")])
 def test_plant_is_caught(judge: PlantedJudge, tmp_path: Path, request: Any) -> None:
     for case in CATCHERS[judge.name]:
-        executors = _Executors() if case is not ray_race4 else request.getfixturevalue("ray_make")
+        executors = request.getfixturevalue("ray_make") if case in RAY_CASES else _Executors()
         directory = tmp_path / case.__name__
         directory.mkdir()
         with judge.planted():

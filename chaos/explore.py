@@ -52,7 +52,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 from xml.etree import ElementTree as ET
@@ -205,6 +205,8 @@ class FindingOf(Generic[S]):
     reproduced: int = 0
     tries: int = 0
     duplicates: int = 0
+    own: frozenset[str] = frozenset()  # what it is about: the invariants no earlier finding
+    #                                    broke that its shrunk run broke (own_invariants)
 
     @property
     def flaky(self) -> bool:
@@ -221,6 +223,7 @@ class FindingOf(Generic[S]):
         return {"signature": sorted(self.signature), "seed": self.seed,
                 "found_after_s": round(self.found_after_s, 2), "flaky": self.flaky,
                 "reproduced": self.reproduced, "tries": self.tries, "duplicates": self.duplicates,
+                "own_invariants": sorted(self.own),
                 "schedule_length": self.schedule_length(self.shrunk),
                 "original_length": self.schedule_length(self.original),
                 "problems": self.problems, "run_dir": str(self.run_dir),
@@ -253,7 +256,14 @@ class Exploration:
 
     def run(self, budget_s: float) -> list[Finding]:
         t0 = time.monotonic()
-        for seed in budget_seeds(t0, budget_s, self.seed, self.max_findings, self.findings):
+        return self.run_seeds(budget_seeds(t0, budget_s, self.seed, self.max_findings,
+                                           self.findings), t0)
+
+    def run_seeds(self, seeds: Iterable[int], t0: float | None = None) -> list[Finding]:
+        """Explore exactly ``seeds`` (run() draws them until its budget ends; a test names
+        them); then write the reports."""
+        t0 = time.monotonic() if t0 is None else t0
+        for seed in seeds:
             self._explore_one(seed, t0)
         self._write_reports(time.monotonic() - t0)
         return self.findings
@@ -322,9 +332,9 @@ class Exploration:
         label = slug("+".join(sorted(verdict.signature)))
         scenario = _renamed(scenario, f"explore-{label}-{seed}", seed)
         home = self.out / "findings" / slug(scenario.name)
-        finding = Finding(verdict.signature, seed, found_after, original, scenario,
-                          verdict.problems, home / "run")
         own = own_invariants(verdict.signature, new)
+        finding = Finding(verdict.signature, seed, found_after, original, scenario,
+                          verdict.problems, home / "run", own=own)
         self._judge(scenario, seed, finding.run_dir)  # the run that replay takes
         for k in range(self.limits.reproductions):
             again = self._judge(scenario, seed, home / f"repro-{k + 1}")

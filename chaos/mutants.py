@@ -733,3 +733,22 @@ class ProgressOneAheadExecutor(_QueueMutant):
     a full ring blames a reader that is only behind for damaged read flags."""
 
     reader = ProgressOneAhead
+
+
+class EchoGarbageCallbackTwice(MultiprocExecutor):
+    """Two bugs in one executor, for explore's self-test (tests/chaos_tests/
+    test_explore_two_bugs.py): a blocking ``echo`` returns garbage (WrongResults' bug: the
+    "results" invariant) and the failure callbacks run twice (CallbackTwice's: "callback").
+    A call reaches the first, a worker's death the second: a run may break either, both or
+    neither, and explore must file exactly two findings."""
+
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: Any = (),
+                       kwargs: Any = None, non_block: bool = False, *rest: Any) -> Any:
+        out = super().collective_rpc(method, timeout, args, kwargs, non_block, *rest)
+        return ["garbage"] * self.world_size if method == "echo" and not non_block else out
+
+    def _run_callbacks(self) -> None:
+        callbacks = list(self._callbacks)
+        super()._run_callbacks()
+        for cb in callbacks:
+            cb()

@@ -40,7 +40,7 @@ import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,14 @@ class TargetExploration:
 
     def run(self, budget_s: float) -> list[TargetFinding]:
         t0 = time.monotonic()
-        for seed in budget_seeds(t0, budget_s, self.seed, self.max_findings, self.findings):
+        return self.run_seeds(budget_seeds(t0, budget_s, self.seed, self.max_findings,
+                                           self.findings), t0)
+
+    def run_seeds(self, seeds: Iterable[int], t0: float | None = None) -> list[TargetFinding]:
+        """Explore exactly ``seeds`` (run() draws them until its budget ends; a test names
+        them); then write the reports."""
+        t0 = time.monotonic() if t0 is None else t0
+        for seed in seeds:
             self._explore_one(seed, t0)
         self._write_reports(time.monotonic() - t0)
         return self.findings
@@ -221,9 +228,9 @@ class TargetExploration:
               found_after: float, original: TargetScenario, new: frozenset[str]) -> TargetFinding:
         label = slug(f"{self.target.name}-" + "+".join(sorted(verdict.signature)))
         home = self.out / "findings" / f"{label}-{seed}"
-        finding = TargetFinding(verdict.signature, seed, found_after, original, scenario,
-                                verdict.problems, home / "run", target=self.target.name)
         own = search.own_invariants(verdict.signature, new)
+        finding = TargetFinding(verdict.signature, seed, found_after, original, scenario,
+                                verdict.problems, home / "run", own=own, target=self.target.name)
         self._judge(scenario, seed, finding.run_dir)  # the run that replay takes
         for k in range(self.limits.reproductions):
             again = self._judge(scenario, seed, home / f"repro-{k + 1}")

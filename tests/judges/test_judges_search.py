@@ -221,6 +221,7 @@ def case_explore_on_two_bugs_files_two_findings_shrunk_and_reproduced() -> None:
                                  _scenario("B", "x", "A", "x"), _scenario("x", "B"))
         filed = load_suite(str(out / "regressions.toml")).scenarios
     assert [f.signature for f in findings] == [{"X"}, {"Y"}]
+    assert [f.own for f in findings] == [{"X"}, {"Y"}]
     assert [[c.args for c in f.shrunk.calls] for f in findings] == [[("A",)], [("B",)]]
     assert [(f.reproduced, f.tries, f.duplicates) for f in findings] == [(3, 3, 1), (3, 3, 1)]
     assert len(filed) == 2
@@ -263,6 +264,7 @@ def case_target_explore_files_leak_then_orphans_and_a_leak_rerun_does_not_reprod
             ex._explore_one(seed, time.monotonic())
     findings, ex.findings = ex.findings, first
     assert [f.signature for f in ex.findings] == [{"leak"}, {"leak", "orphan"}]
+    assert [f.own for f in ex.findings] == [{"leak"}, {"orphan"}]
     assert [(f.reproduced, f.duplicates, f.flaky) for f in ex.findings] == [(3, 1, False),
                                                                            (3, 0, False)]
     assert [(f.reproduced, f.flaky) for f in findings] == [(3, False), (0, True)]

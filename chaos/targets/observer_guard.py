@@ -17,8 +17,8 @@ time on a loaded machine.
 
 Invariants: handlers are installed only in the main thread (elsewhere the guard is inert and
 says so in ``guard.installed``) and restored on leaving; the scheduling policy is restored on
-leaving; a SIGKILL of the observer cannot be caught (its run's processes then stay until
-``faultlab`` finds them in the next run's session check or a reboot).
+leaving.  A SIGKILL of the observer cannot be caught: its run's processes (in a session of
+their own) then stay, a stopped one stopped; nothing inside the observer can help that.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class ProcessTree:
             known = self.procs.get(pid)
             if known is not None:
                 known.role, known.rank = str(entry.get("role", known.role)), rank
-            elif self.belongs(pid) is not None:
+            elif _handle(pid) is None or self.belongs(pid) is not None:  # gone: never signalled
                 self.procs[pid] = Proc(str(entry.get("role", "helper")), rank, pid, _handle(pid))
             else:
                 disowned.append({"role": entry.get("role"), "rank": rank, "pid": pid,

@@ -113,7 +113,11 @@ class _RunTrace:
                  "faultlab.violations": row.get("violations") or None,
                  "faultlab.ended_by": r.ended_by, "faultlab.driver.exit_code":
                  r.driver_returncode, "faultlab.wall_s": round(r.wall_s, 3),
-                 "faultlab.observer_lag_ms": r.observer_lag_ms, "faultlab.bounds": r.bounds,
+                 "faultlab.observer_lag_ms": r.observer_lag_ms,
+                 "faultlab.observer_priority": r.observer_priority or None,
+                 "faultlab.attribution": r.attribution or None,
+                 "faultlab.disowned": [d["pid"] for d in r.disowned] or None,
+                 "faultlab.observer_signal": r.observer_signal, "faultlab.bounds": r.bounds,
                  "faultlab.spec": r.spec}
         violations = row.get("violations") or []
         error = f"{len(violations)} violation(s): {violations[0]}" if violations else None

@@ -21,7 +21,8 @@ and replays exactly from its seed (FoundationDB's BUGGIFY, for our fault kinds).
         pair:        PAIRS[(seed // PAIR_EVERY) % len(PAIRS)]: two damaging kinds, in a fixed
                      rotation (seeds 4, 9, 14, ... walk every pair in turn); the rest from
                      random.Random("faultlab-swarm-pair:SEED"): one site of each kind (a
-                     site that fires on any call), the two on different ranks, both
+                     site that fires on any call; the second's point within PAIR_WINDOW of
+                     the first's in the call, ``moment``, when it has one), on two ranks, both
                      ``on_call=("*", k)`` for one early k (1 or 2): both fire, in one call's
                      window, unless the first ends the run before the second's point
         calls, start method: as above; the surrounding is "calls"
@@ -94,6 +95,10 @@ FAULT_FREE_MARGIN_S = 0.5  # the least a fault-free call has beyond its queued a
 # worker kinds twice, one per rank), in a fixed rotation order.
 PAIR_EVERY = 5
 PAIR_CALLS = 2  # both faults of a pair hit call k of any method, k in 1..PAIR_CALLS
+# The second fault's point at most this far from the first's in a call (``moment``): a fatal
+# fault well before the other's point ends the call first (a damaged request is never
+# executed; a worker killed before unpickling leaves no reply to damage).
+PAIR_WINDOW = 3
 PAIR_KINDS = ("term_worker", "corrupt_queue", "kill_worker", "exit_worker", "hang_worker",
               "raise_in_worker", "interrupt_driver")
 TWICE = ("kill_worker", "term_worker", "exit_worker", "hang_worker")
@@ -208,9 +213,24 @@ def pair_of(seed: int) -> tuple[str, str] | None:
     return PAIRS[(seed // PAIR_EVERY) % len(PAIRS)]
 
 
+def moment(site: dict[str, Any]) -> int:
+    """Where in one call a site's point comes, in order: the driver's send (0), the worker's
+    points (1-8, a reply published at 7), the driver's read of the reply (9)."""
+    if site["kind"] == "corrupt_queue":
+        return 7 if site["queue"] == "reply" else 0
+    return _MOMENTS.get(site.get("phase") or SIGNAL, 0)
+
+
+_MOMENTS = {SIGNAL: 0, "mid_request": 0, "before_publish": 0, "after_written": 0,
+            **{p: i + 1 for i, p in enumerate(WORKER_PHASES)}, MID_REPLY: 7,
+            "after_reply": 8, "before_unpickle_reply": 9}
+
+
 def _pair_swarm(seed: int, pair: tuple[str, str], calls: tuple[CallSpec, ...]) -> Swarm:
     rng = random.Random(f"faultlab-swarm-pair:{seed}")
-    sites = [rng.choice(PAIR_SITES[kind]) for kind in pair]
+    first = rng.choice(PAIR_SITES[pair[0]])
+    near = [s for s in PAIR_SITES[pair[1]] if abs(moment(s) - moment(first)) <= PAIR_WINDOW]
+    sites = [first, rng.choice(near or PAIR_SITES[pair[1]])]
     faults = _pair_faults(rng, sites, calls)
     return Swarm(seed, tuple((site_name(s), 1.0) for s in sites), faults, calls,
                  rng.choice(START_METHODS), "calls", pair=pair)

@@ -36,10 +36,12 @@ from typing import Any
 import pytest
 from judge_cases import Case, assert_caught, case_id
 
-from chaos import coverage, swarm
+from chaos import coverage, swarm, swarm_recovery
 from chaos.coverage import INTERRUPTED, SOMETIMES, Coverage
+from chaos.outcomes import Outcome
 from chaos.planted_judges import planted_in
 from chaos.recording import CallRecord
+from chaos.recovery import RecoveryResult
 from chaos.scenario import ScenarioResult
 from chaos.workloads import CallSpec
 
@@ -192,6 +194,33 @@ def quiet_interrupted_only_by_recovery() -> None:  # add() never reaches it; add
     cov = _counted((_result([_fault(0, "kill_worker", "before_reply"),
                              _fault(1, "kill_worker", "before_reply", rank=0)]), "fork"))
     assert cov.sometimes[INTERRUPTED] == 0 and INTERRUPTED in dict(cov.never_reached())
+
+
+def _recovery(*faults: dict[str, Any]) -> RecoveryResult:
+    return RecoveryResult(name="made-up", seed=0, violations=[], out_dir=NOWHERE,
+                          expected=Outcome.RECOVER, outcome=Outcome.RECOVER, wall_s=1.0,
+                          fault_step=2, faults=list(faults))
+
+
+FIRST_KILL = {"kind": "kill", "rank": 1, "step": 2}
+SECOND_KILL = {"kind": "kill", "rank": 0, "second": True, "then": "in_replay", "during": "replay"}
+
+
+def fire_recovery_interrupted() -> None:
+    cov = Coverage()
+    result = _recovery(FIRST_KILL, SECOND_KILL)
+    cov.add_recovery(result, ["recovery:kill", "recovery:then=in_replay"],
+                     swarm_recovery.interrupted(result))
+    assert cov.sometimes[INTERRUPTED] == 1 and cov.surroundings["recovery"] == 1
+    assert cov.cells == {("kill", "between steps", "execute_model", "fork", "recover"): 1,
+                         ("kill", "replay", "execute_model", "fork", "recover"): 1}
+
+
+def quiet_recovery_with_one_fault() -> None:
+    cov = Coverage()
+    result = _recovery(FIRST_KILL)
+    cov.add_recovery(result, ["recovery:kill"], swarm_recovery.interrupted(result))
+    assert cov.sometimes[INTERRUPTED] == 0 and cov.pairs == {}
 
 
 # -- the cells -------------------------------------------------------------------------------
@@ -352,6 +381,25 @@ def fire_a_pair_lands_in_one_early_call_on_two_ranks() -> None:
         assert on_call is not None and on_call[0] == "*" and on_call[1] <= swarm.PAIR_CALLS
 
 
+def fire_a_pairs_second_point_is_near_the_first() -> None:
+    for seed in _pair_seeds(2 * len(swarm.PAIRS)):
+        drawn = swarm.draw(seed)
+        first, second = (swarm.fault_site(f) for f in drawn.faults)
+        at = swarm.moment(next(s for s in swarm.PAIR_SITES[drawn.pair[0]] if swarm.site_name(s) == first))
+        near = {swarm.site_name(s) for s in swarm.PAIR_SITES[drawn.pair[1]]
+                if abs(swarm.moment(s) - at) <= swarm.PAIR_WINDOW}
+        assert second in near or not near, (seed, first, second)
+
+
+def quiet_the_moments_of_a_call_in_order() -> None:
+    order = [{"kind": "corrupt_queue", "queue": "rpc"}, {"kind": "kill_worker", "phase": "after_dequeue"},
+             {"kind": "term_worker", "phase": "before_pickle_reply"},
+             {"kind": "corrupt_queue", "queue": "reply"}, {"kind": "hang_worker", "phase": "after_reply"},
+             {"kind": "interrupt_driver", "phase": "before_unpickle_reply"}]
+    assert [swarm.moment(s) for s in order] == sorted(swarm.moment(s) for s in order)
+    assert len({swarm.moment(s) for s in order}) == len(order)
+
+
 def fire_the_same_seed_the_same_scenario() -> None:
     seeds = _pair_seeds(len(swarm.PAIRS)) + list(range(12))
     assert [swarm.draw(s).to_dict() for s in seeds] == [swarm.draw(s).to_dict() for s in seeds]
@@ -360,11 +408,13 @@ def fire_the_same_seed_the_same_scenario() -> None:
 
 def fire_the_issues_pair_is_drawn() -> None:
     """Issue 31's pair (term_worker rank 1 at before_pickle_reply + corrupt_queue
-    reply/overwrite_unread): its kinds in the first rotation, the very sites by the 40th."""
+    reply/overwrite_unread): its kinds at the first pair seed (4), the very sites within 100
+    rotations (seed 9879 today; the seed moves whenever the pair draw changes)."""
     want = {"term_worker@before_pickle_reply", "corrupt_queue@reply/overwrite_unread"}
     kinds = ("term_worker", "corrupt_queue")
-    seeds = [s for s in range(40 * len(swarm.PAIRS) * swarm.PAIR_EVERY) if swarm.pair_of(s) == kinds]
-    assert seeds[0] < len(swarm.PAIRS) * swarm.PAIR_EVERY
+    rotation = len(swarm.PAIRS) * swarm.PAIR_EVERY
+    seeds = [s for s in range(100 * rotation) if swarm.pair_of(s) == kinds]
+    assert seeds[0] == swarm.PAIR_EVERY - 1 and len(seeds) == 100
     drawn = [swarm.draw(s) for s in seeds]
     assert any(set(dict(d.active)) == want and d.faults[0].rank == 1 for d in drawn)
 
@@ -376,7 +426,7 @@ CASES: list[Case] = [
     quiet_deadline_while_slow, quiet_hung_with_no_deadline, fire_ring_full, fire_checksum_caught,
     fire_ctrl_c, quiet_worker_error, fire_late_reply, quiet_reply_before_the_deadline,
     fire_many_failed, quiet_one_failed, fire_stubborn_shutdown, quiet_a_long_sleep_with_its_time,
-    quiet_interrupted_only_by_recovery,
+    quiet_interrupted_only_by_recovery, fire_recovery_interrupted, quiet_recovery_with_one_fault,
     fire_two_start_methods_two_cells, quiet_one_start_method_one_cell,
     fire_outcome_of_the_call_hit, quiet_outcome_of_the_first_call_hit,
     fire_two_faults_landed_one_pair, fire_two_kills_one_per_rank, quiet_one_fault_fired_twice,
@@ -388,6 +438,7 @@ CASES: list[Case] = [
     quiet_a_stubborn_worker_before_the_drivers_last_call,
     fire_every_pair_once_per_rotation, quiet_a_plain_seed_draws_no_pair,
     fire_a_pair_lands_in_one_early_call_on_two_ranks, fire_the_same_seed_the_same_scenario,
+    fire_a_pairs_second_point_is_near_the_first, quiet_the_moments_of_a_call_in_order,
     fire_the_issues_pair_is_drawn,
 ]
 

@@ -6,8 +6,9 @@
     a pid not the run's     a driver naming an unrelated process (another session's sleep) as
                             a worker: never reported as an orphan, never signalled; recorded
                             in ``disowned``, and a fault aimed at it is not applicable
-    SIGHUP to the observer  mid-SIGSTOP: the observer resumes what it stopped, SIGKILLs the
-                            run's tree, writes its record (ended_by "observer"), then exits 129
+    a signal to observer    mid-SIGSTOP, ``faultlab chaos run`` gets SIGHUP (a closed terminal),
+                            SIGTERM, SIGINT or SIGQUIT: it resumes what it stopped, SIGKILLs the
+                            run's tree, writes its record (ended_by "observer"), exits 128+sig
     the observer's priority it watches at SCHED_FIFO, its driver runs as an ordinary task
 
 The drivers are test-only (``LITTER_DRIVER``), in the shape of test_targets.BadTarget.
@@ -194,31 +195,44 @@ def test_a_process_the_driver_names_but_does_not_own_is_left_alone(
 
 # ------------------------------------------------------------------ SIGHUP to the observer
 
-OBSERVER = r'''
-import sys
-from chaos.targets import get_target
-from chaos.targets.run import TargetRun
-from chaos.targets.scenario import TargetScenario
-sc = TargetScenario.from_dict({"name": "stop", "fault": "stop", "rank": 1, "bound_s": 600.0,
-                               "after_invoke": 1, "at": [0.01, 0.02],
-                               "spec": {"calls": 400, "call_s": 0.1, "ranks": 2}}, "stop")
-TargetRun(get_target("faultlab"), sc, 1, sys.argv[1]).run()
-'''
+STOP_SUITE = """
+[[target_scenario]]
+name = "stop-rank1"
+fault = "stop"
+rank = 1
+after_invoke = 1
+at = [0.01, 0.02]
+bound_s = 600.0
+[target_scenario.spec]
+calls = 400
+call_s = 0.1
+ranks = 2
+"""
 
 
-def test_sighup_to_the_observer_resumes_and_takes_the_run_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT],
+                         ids=lambda s: signal.Signals(s).name)
+def test_a_signal_to_the_observer_resumes_and_takes_the_run_down(signum: int,
+                                                                  tmp_path: Path) -> None:
+    """``faultlab chaos run`` mid-SIGSTOP (rank 1 stopped, its bound far away) gets a signal
+    (SIGHUP: its terminal closed): nothing of the run may stay, nothing stopped."""
+    suite = tmp_path / "stop.toml"
+    suite.write_text(STOP_SUITE)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    observer = subprocess.Popen([sys.executable, "-c", OBSERVER, str(tmp_path)], env=env,
-                                cwd=ROOT, start_new_session=True)
+    observer = subprocess.Popen([sys.executable, "-m", "faultlab.cli", "chaos", "run", str(suite),
+                                 "--target", "faultlab", "--out", str(tmp_path / "out")],
+                                env=env, cwd=ROOT, start_new_session=True,
+                                stdout=subprocess.DEVNULL)
     run_procs: list[psutil.Process] = []
     try:
         run_procs = _run_tree_once_a_worker_is_stopped(observer)
-        observer.send_signal(signal.SIGHUP)
-        assert observer.wait(60) == 128 + signal.SIGHUP
+        observer.send_signal(signum)
+        assert observer.wait(60) == 128 + signum
         _gone, alive = psutil.wait_procs(run_procs, timeout=10)
         assert alive == [], f"the run outlived its observer: {alive}"
-        record = json.loads((tmp_path / "record.json").read_text())
-        assert (record["ended_by"], record["observer_signal"]) == ("observer", "SIGHUP")
+        record = json.loads(next((tmp_path / "out").rglob("record.json")).read_text())
+        name = signal.Signals(signum).name
+        assert (record["ended_by"], record["observer_signal"]) == ("observer", name)
         assert record["fault"]["resumed_ns"] is not None
     finally:  # what a broken observer left: nothing, once it is fixed
         if observer.poll() is None:

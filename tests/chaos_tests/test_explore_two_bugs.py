@@ -4,17 +4,15 @@ disjoint invariants (chaos.mutants.EchoGarbageCallbackTwice: a blocking echo ret
 not one (the second bug hidden behind the first) nor three (one bug filed twice).
 
     seeds (fork, plain calls), in this order:
-        63  an echo, no fault        results               → finding 1
-         5  an echo, a kill (when it lands in time: it fires inside a reply)
-                                     results + callback    → finding 2, about callback only
-                                  or results               → a duplicate of finding 1
-        97  a SIGTERM, no echo       callback              → a duplicate of finding 2,
-                                                             or finding 2 when 5 missed
-        24  a SIGTERM, no echo       callback              → a duplicate of finding 2
-        14  a SIGTERM, no echo       callback              → a duplicate of finding 2
+        63   an echo, no fault         results              → finding 1
+        108  an echo, then SIGTERMs    results + callback   → finding 2, about callback only
+        84   a worker exits, no echo   callback             → a duplicate of finding 2
+        96   a worker exits, no echo   callback             → a duplicate of finding 2
+        97   a SIGTERM, no echo        callback             → a duplicate of finding 2
 
 Each finding's shrunk run still breaks one of its own invariants (the shrink never ends on
-another failure), and each reproduces.  Real processes: about 10 s on an idle box.
+another failure), and each reproduces.  Real processes: 2 to 12 s on a loaded 2-core box
+(about 25 runs: five seeds, shrinking, two reruns each).
 """
 
 from __future__ import annotations
@@ -25,7 +23,8 @@ from pathlib import Path
 from chaos import explore
 from chaos.explore import Exploration, Limits
 
-SEEDS = (63, 5, 97, 24, 14)  # deaths by signal: a damaged ring's detection is timing's
+SEEDS = (63, 108, 84, 96, 97)  # deaths early in the calls: a kill timed to land inside a
+#                               reply may miss it, or land after every call returned
 
 
 def test_explore_on_two_planted_bugs_files_exactly_two_findings(tmp_path: Path) -> None:
@@ -33,7 +32,7 @@ def test_explore_on_two_planted_bugs_files_exactly_two_findings(tmp_path: Path) 
                      limits=Limits(shrink_runs=8, reproductions=2), say=lambda text: None)
     findings = ex.run_seeds(SEEDS)
     assert len(findings) == 2, [f.to_dict() for f in findings]
-    assert findings[0].seed == 63 and findings[1].seed in (5, 97)
+    assert [f.seed for f in findings] == [63, 108]
     results, callback = findings
     # what each is about (its shrunk run may break more: an echo that carries the kill)
     assert "results" in results.own and "callback" not in results.signature

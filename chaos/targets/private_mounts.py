@@ -3,7 +3,7 @@ run leaves behind is exactly its own (attribution by place, never by name).
 
     observer (host mount namespace)                  driver pid (its own mount namespace)
     RunMounts.create()
-      BASE = /dev/shm/.faultlab-run.XXXX   (host tmpfs)
+      BASE = /dev/shm/.faultlab-run.pPID.XXXX  (host tmpfs; PID the observer's)
         BASE/shm    ◄──────── bind ─────────────────  /dev/shm        (fresh, empty)
         BASE/upper  ◄──────── overlay upper ────────  /tmp = host /tmp (read) + BASE/upper
         BASE/work             overlay's work dir        (every write of the run)
@@ -16,6 +16,7 @@ run leaves behind is exactly its own (attribution by place, never by name).
     tmp_paths(globs)  files of BASE/upper matching the target's /tmp temp_globs, as the run
                       named them (/tmp/...)
     remove()          BASE and everything in it: the run's leftovers go with it
+    sweep_stale()     the BASEs of observers that are gone (SIGKILLed: no remove() ran)
 
 Why a host directory rather than reading /proc/<driver>/root/dev/shm: the namespace ends with
 its last process, and a run whose driver is SIGKILLed may have no process left by the time
@@ -29,7 +30,8 @@ driver's); it imports nothing but the standard library (it runs with ``-I -S`` b
 target's interpreter); when namespaces cannot be had (not root, no overlay, a seccomp
 profile) ``unavailable()`` says why in one line and the observer falls back to attribution
 by name.  BASE's name carries no pid between underscores, so a fallback run of the old kind
-never takes it for a segment of its own.
+never takes it for a segment of its own; a BASE whose observer pid is gone (an observer
+SIGKILLed) is removed by the next run's ``create`` (``sweep_stale``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ TMP = "/tmp"
 _CLONE_NEWNS = 0x00020000
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _PROBE_TIMEOUT_S = 30.0
+_PREFIX = ".faultlab-run.p"  # then the observer's pid: BASE = /dev/shm/.faultlab-run.pPID.XXXX
 _probe: list[str | None] = []  # the one probe's answer, once asked (None: available)
 
 
@@ -62,7 +65,8 @@ class RunMounts:
 
     @classmethod
     def create(cls) -> RunMounts:
-        return cls(tempfile.mkdtemp(prefix=".faultlab-run.", dir=SHM))
+        sweep_stale()
+        return cls(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}.", dir=SHM))
 
     def wrap(self, argv: list[str], keep: list[str]) -> list[str]:
         """``argv`` started inside the run's namespace; ``keep``: host dirs (under /tmp)
@@ -92,6 +96,18 @@ class RunMounts:
 
     def remove(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def sweep_stale() -> list[str]:
+    """Remove the BASE of every run whose observer is gone (one SIGKILLed has no clean-up);
+    returns what it removed.  A live pid keeps its BASE, whoever holds that pid now."""
+    removed = []
+    for name in os.listdir(SHM):
+        owner = name[len(_PREFIX):].split(".")[0] if name.startswith(_PREFIX) else ""
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+            shutil.rmtree(os.path.join(SHM, name), ignore_errors=True)
+            removed.append(name)
+    return removed
 
 
 def tmp_glob(pattern: str) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -315,3 +316,22 @@ def test_two_vllm_runs_at_once_report_only_their_own(tmp_path: Path) -> None:
     assert records["quiet"].leftovers == [], "the fault-free run was charged the other's files"
     left = set(glob.glob("/tmp/vllm_dist_*") + glob.glob("/dev/shm/vllm_dist_*"))
     assert left <= host_before, f"a run's files outlived it on the host: {left - host_before}"
+
+
+def test_the_base_of_an_observer_that_is_gone_is_swept(tmp_path: Path) -> None:
+    """An observer SIGKILLed cannot remove its run's BASE; the next run's create() does."""
+    from chaos.targets import private_mounts
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid is free now (and, for a moment, unlikely to be taken again)
+    stale = Path(private_mounts.SHM) / f"{private_mounts._PREFIX}{gone.pid}.test"
+    (stale / "shm").mkdir(parents=True)
+    (stale / "shm" / "psm_left").touch()
+    live = private_mounts.RunMounts.create()  # ours: its observer (this process) lives
+    try:
+        assert not stale.exists()
+        assert Path(live.base).exists()
+    finally:
+        live.remove()
+        if stale.exists():
+            shutil.rmtree(stale)

@@ -95,8 +95,8 @@ def _stuck_rotation(original: Callable[[int], Any]) -> Callable[[int], Any]:
 
 
 def _one_rank(original: Callable[..., Any]) -> Callable[..., Any]:
-    def pair_faults(rng: Any, sites: Any, calls: Any) -> Any:
-        faults = original(rng, sites, calls)
+    def pair_faults(*args: Any) -> Any:
+        faults = original(*args)
         return tuple(dataclasses.replace(f, rank=faults[0].rank) for f in faults)
     return pair_faults
 

@@ -381,14 +381,31 @@ def fire_a_pair_lands_in_one_early_call_on_two_ranks() -> None:
         assert on_call is not None and on_call[0] == "*" and on_call[1] <= swarm.PAIR_CALLS
 
 
-def fire_a_pairs_second_point_is_near_the_first() -> None:
+def fire_a_pairs_two_points_are_near() -> None:
     for seed in _pair_seeds(2 * len(swarm.PAIRS)):
         drawn = swarm.draw(seed)
-        first, second = (swarm.fault_site(f) for f in drawn.faults)
-        at = swarm.moment(next(s for s in swarm.PAIR_SITES[drawn.pair[0]] if swarm.site_name(s) == first))
-        near = {swarm.site_name(s) for s in swarm.PAIR_SITES[drawn.pair[1]]
-                if abs(swarm.moment(s) - at) <= swarm.PAIR_WINDOW}
-        assert second in near or not near, (seed, first, second)
+        names = [(swarm.site_name(a), swarm.site_name(b)) for a, b in swarm.pair_sites(drawn.pair)]
+        assert tuple(swarm.fault_site(f) for f in drawn.faults) in names, seed
+
+
+def fire_every_pair_has_near_sites() -> None:
+    for pair in swarm.PAIRS:
+        assert swarm.pair_sites(pair), pair
+
+
+def fire_near_and_far_points() -> None:
+    term = {"kind": "term_worker", "phase": "before_pickle_reply"}
+    assert swarm.near(term, {"kind": "corrupt_queue", "queue": "reply", "mode": "overwrite_unread"})
+    assert swarm.near(term, {"kind": "hang_worker", "phase": "before_execute"})
+    assert swarm.near({"kind": "kill_worker", "phase": "signal"},
+                      {"kind": "corrupt_queue", "queue": "rpc", "mode": "drop"})
+
+
+def quiet_far_points() -> None:  # the twins: one point further, or a worker's after the send
+    term = {"kind": "term_worker", "phase": "before_pickle_reply"}
+    assert not swarm.near(term, {"kind": "hang_worker", "phase": "after_dequeue"})
+    assert not swarm.near({"kind": "kill_worker", "phase": "after_dequeue"},
+                          {"kind": "corrupt_queue", "queue": "rpc", "mode": "drop"})
 
 
 def quiet_the_moments_of_a_call_in_order() -> None:
@@ -408,15 +425,25 @@ def fire_the_same_seed_the_same_scenario() -> None:
 
 def fire_the_issues_pair_is_drawn() -> None:
     """Issue 31's pair (term_worker rank 1 at before_pickle_reply + corrupt_queue
-    reply/overwrite_unread): its kinds at the first pair seed (4), the very sites within 100
-    rotations (seed 9879 today; the seed moves whenever the pair draw changes)."""
-    want = {"term_worker@before_pickle_reply", "corrupt_queue@reply/overwrite_unread"}
+    reply/overwrite_unread): its kinds at the first pair seed (4), the very sites within as
+    many visits as the pair has combinations."""
+    want = ("term_worker@before_pickle_reply", "corrupt_queue@reply/overwrite_unread")
     kinds = ("term_worker", "corrupt_queue")
-    rotation = len(swarm.PAIRS) * swarm.PAIR_EVERY
-    seeds = [s for s in range(100 * rotation) if swarm.pair_of(s) == kinds]
-    assert seeds[0] == swarm.PAIR_EVERY - 1 and len(seeds) == 100
-    drawn = [swarm.draw(s) for s in seeds]
-    assert any(set(dict(d.active)) == want and d.faults[0].rank == 1 for d in drawn)
+    visits = 2 * len(swarm.pair_sites(kinds))
+    seeds = [s for s in range(visits * len(swarm.PAIRS) * swarm.PAIR_EVERY) if swarm.pair_of(s) == kinds]
+    assert seeds[0] == swarm.PAIR_EVERY - 1 and len(seeds) == visits
+    hit = [d.seed for d in map(swarm.draw, seeds)
+           if tuple(dict(d.active)) == want and d.faults[0].rank == 1]
+    assert len(hit) == 1, hit
+
+
+def fire_every_combination_of_a_pair_once_per_cycle() -> None:
+    pair = ("exit_worker", "interrupt_driver")  # 3 near sites x 2 ranks
+    cycle = 2 * len(swarm.pair_sites(pair))
+    seeds = [s for s in range(2 * cycle * len(swarm.PAIRS) * swarm.PAIR_EVERY)
+             if swarm.pair_of(s) == pair]
+    seen = [(tuple(dict(d.active)), d.faults[0].rank) for d in map(swarm.draw, seeds)]
+    assert len(set(seen[:cycle])) == cycle and seen[cycle:] == seen[:cycle]
 
 
 CASES: list[Case] = [
@@ -438,8 +465,9 @@ CASES: list[Case] = [
     quiet_a_stubborn_worker_before_the_drivers_last_call,
     fire_every_pair_once_per_rotation, quiet_a_plain_seed_draws_no_pair,
     fire_a_pair_lands_in_one_early_call_on_two_ranks, fire_the_same_seed_the_same_scenario,
-    fire_a_pairs_second_point_is_near_the_first, quiet_the_moments_of_a_call_in_order,
-    fire_the_issues_pair_is_drawn,
+    fire_a_pairs_two_points_are_near, fire_every_pair_has_near_sites, fire_near_and_far_points,
+    quiet_far_points, quiet_the_moments_of_a_call_in_order,
+    fire_the_issues_pair_is_drawn, fire_every_combination_of_a_pair_once_per_cycle,
 ]
 
 

@@ -211,7 +211,7 @@ class TargetRun:
         shm_before, tmp_before = procs.shm_names(), self._temp_files()
         receiver = None
         try:
-            launch = self._private(self.target.launch(self.spec, str(self.out)))
+            launch = self._in_own_namespace(self.target.launch(self.spec, str(self.out)))
             receiver = _receiver() if self.target.otlp_traces else None
             env = launch.env if receiver is None else {**launch.env,
                                                        **otlp_env(receiver.endpoint)}
@@ -225,7 +225,7 @@ class TargetRun:
             if self._mounts is not None:
                 self._mounts.remove()
 
-    def _private(self, launch: Launch) -> Launch:
+    def _in_own_namespace(self, launch: Launch) -> Launch:
         """``launch`` inside a mount namespace of the run's own, when one can be had."""
         why_not = private_mounts.unavailable()
         if shutil.which(launch.argv[0], path=launch.env.get("PATH")) is None:

@@ -23,6 +23,11 @@ Invariants (the fields are set here, in ``_init_lifecycle``):
 - ``_failed`` means a failure (callbacks are due), not a plain shutdown: a shutdown that
   finds no failure drops the callbacks, so they never run.
 - ``restart_lock``: one restart at a time; ``shutdown`` waits (bounded) for it.
+- A failure is handled (waiters woken, pending calls failed, workers stopped, callbacks
+  run) by the thread that failed us or a thread of its own; a restart waits (bounded) for
+  that handling to finish before it touches the incarnation (``_failure_handled``), so a
+  failure is never handled on the incarnation that replaced the one that failed (a monitor
+  thread held up past the resources' join used to stop the new workers, un-failed).
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ class ExecutorLifecycle:
         self._callbacks: list[FailureCallback] = []
         self._callbacks_ran = False  # set once per incarnation, under _state_lock, by whoever runs them
         self._failure_thread: threading.Thread | None = None  # runs a failure's stop + callbacks
+        self._failure_handled: threading.Event | None = None  # set once _fail's work is all done
+        self._failure_handler: threading.Thread | None = None  # the thread doing that work
         # restart() (executor/restart.py) starts a new incarnation of every worker after a
         # failure; incarnation counts them (0 = the first), restarts_used against the budget.
         self.incarnation = 0
@@ -202,9 +209,22 @@ class ExecutorLifecycle:
                                            "failed"), inline=True)
 
     def wait_for_old_incarnation(self) -> None:
-        """The old incarnation's workers are stopped and released, its failure thread done."""
+        """The old incarnation's failure is handled in full (whichever thread handles it),
+        its workers are stopped and released, its failure thread done."""
+        self._wait_failure_handled()
         self._stop_workers()
         self._join_failure_thread()
+
+    def _wait_failure_handled(self) -> None:
+        """Wait (bounded) until the thread that failed us has done everything ``_fail``
+        does: only then may a restart stop, replace and swap the incarnation."""
+        handled = self._failure_handled
+        if handled is None or self._failure_handler is threading.current_thread():
+            return  # a failure callback restarting (not allowed, see restart.py): no deadlock
+        bound = self.config.shutdown_grace + self.config.sigterm_grace + 10
+        if not handled.wait(bound):
+            log.warning("restart: the failure of incarnation %d was still being handled "
+                        "after %g s; restarting anyway", self.incarnation, bound)
 
     def start_incarnation(self, startup_timeout: float) -> None:
         """The backend's: start new workers (READY within ``startup_timeout``), then
@@ -330,22 +350,33 @@ class ExecutorLifecycle:
             if self._failure is not None:
                 return
             self._failure, self._failed = error, True
-        log.error("executor failed: %s", error)
-        self._wake_waiters()
-        self._fail_pending()
-        if inline:
-            self._after_failure()
-            return
-        thread = threading.Thread(target=self._after_failure, name="faultlab-failure", daemon=True)
-        self._failure_thread = thread
-        thread.start()
+            handled = self._failure_handled = threading.Event()
+            self._failure_handler = threading.current_thread()
+        try:
+            log.error("executor failed: %s", error)
+            self._wake_waiters()
+            self._fail_pending()
+            if not inline:
+                thread = threading.Thread(target=self._after_failure, args=(handled,),
+                                          name="faultlab-failure", daemon=True)
+                self._failure_thread = self._failure_handler = thread
+                thread.start()
+                return
+        except BaseException:
+            handled.set()  # a Ctrl-C here: nobody will finish it, so nobody waits for it
+            raise
+        self._after_failure(handled)
 
-    def _after_failure(self) -> None:
-        self._stop_workers()
-        collector = getattr(self, "_collector", None)
-        if collector is not None:
-            collector.settle_resolved(0.0)  # a thread already settling settles them all
-        self._run_callbacks()
+    def _after_failure(self, handled: threading.Event | None = None) -> None:
+        try:
+            self._stop_workers()
+            collector = getattr(self, "_collector", None)
+            if collector is not None:
+                collector.settle_resolved(0.0)  # a thread already settling settles them all
+            self._run_callbacks()
+        finally:
+            if handled is not None:
+                handled.set()
 
     def _fail_pending(self) -> None:
         """Resolve every pending call with the failure (settling is the caller's)."""

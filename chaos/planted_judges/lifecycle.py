@@ -19,6 +19,9 @@ which death report counts, how long a restart may wait, who ends a worker at shu
                                                     incarnation's failure runs no callback
       .wait_for_old_incarnation                     the failure is cleared once the old
                                                     incarnation is gone, before the swap
+      ._wait_failure_handled                        a restart does not wait for the failure's
+                                                    handling: a late one stops the new workers
+                                                    (the bug this issue's case found and fixed)
     multiproc.MultiprocExecutor._on_worker_death    a report is matched by rank, not pid: an
                                                     old incarnation's late report fails the new
     multiproc.MultiprocExecutor.start_incarnation   start-up gets startup_timeout, not what is
@@ -111,6 +114,12 @@ def _cleared_before_swap(original: Method) -> Method:
     return wait_for_old_incarnation
 
 
+def _no_wait(original: Method) -> Method:
+    def _wait_failure_handled(self: Any) -> None:
+        return None
+    return _wait_failure_handled
+
+
 def _death_by_rank(original: Method) -> Method:
     def _on_worker_death(self: Any, rank: int, pid: int, exitcode: int | None,
                          detected_ns: int) -> None:
@@ -196,6 +205,8 @@ PLANTED: list[PlantedJudge] = [
     PlantedJudge("lifecycle_failure_cleared_before_swap", f"{_LC}.wait_for_old_incarnation",
                  "calls reach the half-started incarnation before the swap",
                  _cleared_before_swap),
+    PlantedJudge("lifecycle_restart_skips_failure_handling", f"{_LC}._wait_failure_handled",
+                 "a restart swaps in while the old failure is still being handled", _no_wait),
     PlantedJudge("lifecycle_death_report_by_rank",
                  "executor.multiproc:MultiprocExecutor._on_worker_death",
                  "an old incarnation's late death report fails the new one", _death_by_rank),

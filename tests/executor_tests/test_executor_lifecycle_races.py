@@ -6,6 +6,8 @@ bug (chaos/planted_judges/lifecycle.py).
     1 a call while another thread fails   refused at once, after every  a call whose replies were
       the executor                        earlier future; a callback    in keeps its result; the
                                           registered mid-failure: once  failure runs callbacks once
+      ... and a restart meanwhile         goes live only once that      (test_executor_restart:
+                                          failure is handled in full    restart after a handled one)
     2 shutdown() while a restart swaps    shutdown wins: the restart    a call racing the swap is
       in its new incarnation              raises, its workers are gone  refused; the restart serves
     3 callback registered while failed,   it runs at once and again at  restart then shutdown: it
@@ -174,14 +176,17 @@ def _stall_death_pipe(worker: object) -> None:
     failpoints.enable("worker.death_pipe", lambda **_: time.sleep(60))
 
 
-def _mark_sigterm_then_sleep(worker: Any, directory: str, seconds: float) -> None:
-    """Leave a file when SIGTERM arrives, say so once sleeping, then sleep."""
+def _mark_sigterm_then_sleep(worker: Any, directory: str, seconds: float,
+                             linger: float = 0.0) -> None:
+    """Leave a file when SIGTERM arrives (then take ``linger`` s to leave, as a worker
+    cleaning up would), say so once sleeping, then sleep."""
     previous = signal.getsignal(signal.SIGTERM)
     marker = os.path.join(directory, f"sigterm-{worker.rank}")
 
     def on_sigterm(signum: int, frame: Any) -> None:
         with open(marker, "w"):
             pass
+        time.sleep(linger)
         if callable(previous):
             previous(signum, frame)
 
@@ -249,6 +254,71 @@ def race1_quiet(make: Make, tmp: Path) -> None:
     assert outcome is None, f"a call whose replies were all in was failed: {outcome}"
     assert future.result(0) == ["kept", "kept"]
     assert fired and ex.is_failed and callback.seen == [0]
+
+
+class _TellOnWait:
+    """Stands in for ``ex._failure_handled``: says when a restart starts waiting on it."""
+
+    def __init__(self, event: threading.Event, told: Callable[[], None]) -> None:
+        self.event, self.told = event, told
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.told()
+        return self.event.wait(timeout)
+
+
+def race1_restart(make: Make, tmp: Path) -> None:
+    """restart() while the monitor thread is still failing the old incarnation (held inside
+    ``_fail``, for longer than the resources' own 5 s join of it unless the restart waits):
+    the new incarnation goes live only once that failure is handled in full, is never
+    stopped by it, and the callbacks ran once, for incarnation 0.  (Found by this case: the
+    late failure used to stop the new workers and leave the executor un-failed.)"""
+    ex = make()
+    callback = _Counter(ex)
+    ex.register_failure_callback(callback)
+    hold = _HoldFailure()
+    remove = _with_handler(hold)
+    live: list[bool] = []
+    errors: list[BaseException] = []
+
+    def go_live(resources: Any, incarnation: int) -> None:
+        live.append(hold.go.is_set() and handled.is_set())
+        hold.go.set()  # a broken restart got here first: let the held failure go on
+
+    def restart() -> None:
+        try:
+            ex.restart("while the old failure is handled")
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            errors.append(exc)
+
+    failpoints.enable("driver.before_go_live", go_live)
+    restarting = threading.Thread(target=restart, name="test-restart")
+    try:
+        os.kill(ex.worker_pids[1], signal.SIGKILL)
+        assert hold.holding.wait(BOUND_S), "the worker's death was never reported"
+        handled = ex._failure_handled
+        ex._failure_handled = _TellOnWait(handled, hold.go.set)  # the restart waiting lets it go
+        restarting.start()
+        restarting.join(BOUND_S * 3)
+    finally:
+        hold.go.set()
+        failpoints.disable("driver.before_go_live")
+        remove()
+        if restarting.ident is not None:
+            restarting.join(BOUND_S * 3)
+    assert errors == [] and live == [True], \
+        f"the new incarnation went live while the old failure was handled: {live} {errors}"
+    assert ex.incarnation == 1 and not ex.is_failed
+    assert ex.collective_rpc("echo", args=(8,), timeout=BOUND_S) == [8, 8]
+    ex.check_health()
+    ex.shutdown()
+    assert callback.seen == [0]
 
 
 # ---------------------------------------------------------------------------- 2: shutdown vs swap
@@ -472,9 +542,10 @@ def race6_fire(make: Make, tmp: Path) -> None:
 
 
 def race6_quiet(make: Make, tmp: Path) -> None:
-    """Workers that leave on the death pipe's EOF (sleeping too): no escalation at all."""
-    ex = make(shutdown_grace=BOUND_S)
-    ex.collective_rpc(_mark_sigterm_then_sleep, args=(str(tmp), 60), non_block=True)
+    """Workers that leave on the death pipe's EOF (sleeping too, then half a second of
+    clean-up, well within the grace): no escalation at all."""
+    ex = make(shutdown_grace=BOUND_S, worker_exit_grace=2.0)
+    ex.collective_rpc(_mark_sigterm_then_sleep, args=(str(tmp), 60, 0.5), non_block=True)
     _wait(_sleeping(tmp), "both workers sleep")
     steps = _Steps()
     remove = _with_handler(steps)
@@ -576,7 +647,7 @@ def test_ray_death_before_the_swap(ray_make: _RayExecutors, tmp_path: Path) -> N
 # ---------------------------------------------------------------------------- the cases
 
 
-CASES: tuple[Case, ...] = (race1_fire, race1_quiet, race2_fire, race2_quiet, race3_fire,
+CASES: tuple[Case, ...] = (race1_fire, race1_quiet, race1_restart, race2_fire, race2_quiet, race3_fire,
                            race3_quiet, race4_fire, race4_quiet, race5_fire, race5_quiet,
                            race6_fire, race6_quiet)
 
@@ -585,6 +656,7 @@ CATCHERS: dict[str, tuple[Case, ...]] = {
     "lifecycle_register_decides_by_failed": (race1_fire,),
     "lifecycle_register_while_failed_deferred": (race3_quiet,),
     "lifecycle_failure_overrides_resolved": (race1_quiet,),
+    "lifecycle_restart_skips_failure_handling": (race1_restart,),
     "lifecycle_swap_ignores_shutdown": (race2_fire,),
     "lifecycle_swap_keeps_callbacks_ran": (race3_fire,),
     "lifecycle_failure_cleared_before_swap": (race2_quiet,),

@@ -2,7 +2,9 @@
 
     ex.restart(reason)
       ├─ still serving? fail it first: calls in flight get ExecutorFailedError, callbacks run
-      ├─ wait for that incarnation's shutdown: processes reaped, rings, pipes, monitor gone
+      ├─ wait until that failure is handled in full (by whichever thread failed it: waiters
+      │  woken, calls failed, callbacks run), then for the incarnation's shutdown: processes
+      │  reaped, rings, pipes, monitor gone
       └─ attempt, while the budget lasts (back-off before each retry):
            ex.start_incarnation(): fresh resources, new rings (memfd), pipes, processes, a new
            torch.distributed init_method port (nnodes > 1: RESTART to every remote agent),
@@ -21,6 +23,10 @@ Invariants:
 - Until the swap, the executor stays failed: every call fails at once, nothing waits on the
   half-started incarnation.  A worker that dies before the swap (its monitor's report is
   swallowed then) is found right after it and fails the new incarnation as usual.
+- A failure is never handled on the incarnation that replaced the one that failed: the
+  swap waits (bounded) for the failure's handling, however late its thread runs.
+- The back-off (``pause_before``) is never longer than what is left of the deadline, and
+  there is none before the first attempt.
 - Every attempt, successful or not, counts against ``restart_budget``; a start-up is bounded
   by ``startup_timeout`` and the whole restart by ``restart_timeout`` (each attempt gets what
   is left of it); a failed attempt shuts its own resources down, so nothing leaks.
